@@ -1,0 +1,1 @@
+"""Graders for the fx-katas: a shared harness plus one small grader module per kata."""

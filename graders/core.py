@@ -1,0 +1,300 @@
+"""The grading frame every kata shares: levels, checks, results, loading and calling a solution.
+
+A kata grader declares a `Kata` and its checks; a `GradingSession` runs checks against one solution
+tree and yields `CheckResult` records. pytest (graders/pytest_plugin.py), score.py and the project's
+own tests all consume the same records.
+"""
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import traceback
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from graders.katas import load_grader
+
+
+class Level(NamedTuple):
+    number: int
+    name: str
+    points: int
+    meaning: str
+
+
+# The same frame for every kata: 100 points, split over four levels.
+LEVELS = {
+    1: Level(1, "pattern", 20, "the basic model is rewritten as asked"),
+    2: Level(2, "exact", 40, "a zoo of edge cases: outputs match the original, illegal rewrites are left alone"),
+    3: Level(3, "fast", 20, "the required speedup on the kata's benchmark model"),
+    4: Level(4, "hidden", 20, "models generated from the grading seed, so a pass tuned to the visible models fails"),
+}
+
+# After this many time-outs in one kata, its remaining checks fail at once instead of hanging too.
+MAX_TIMEOUTS_PER_KATA = 2
+
+
+class CheckFailed(Exception):
+    """A check's verdict. The message is the sentence the learner reads: what, where, expected vs got, hint.
+
+    `figures` carries what was measured on the way (a speedup that fell short is still worth showing).
+    """
+
+    def __init__(self, message: str, figures: dict | None = None):
+        super().__init__(message)
+        self.figures = figures or {}
+
+
+@dataclass(frozen=True)
+class Check:
+    kata: str
+    level: int
+    name: str
+    run: Callable[["Context"], dict | None]
+    weight: float = 1.0
+    timeout: float = 60.0
+
+    @property
+    def test_name(self) -> str:
+        return f"test_L{self.level}_{LEVELS[self.level].name}"
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.test_name}[{self.name}]"
+
+
+class Kata:
+    """One kata's grader: its API (for messages) and its checks, each at a level."""
+
+    def __init__(self, name: str, api: dict[str, str]):
+        self.name = name
+        self.api = api
+        self.checks: list[Check] = []
+
+    def add(self, level: int, name: str, run: Callable, *, weight: float = 1.0, timeout: float | None = None):
+        if any(c.level == level and c.name == name for c in self.checks):
+            raise ValueError(f"{self.name}: duplicate check L{level} {name}")
+        default_timeout = 300.0 if level == 3 else 60.0
+        self.checks.append(Check(self.name, level, name, run, weight, timeout or default_timeout))
+
+    def check(self, level: int, name: str | None = None, **options):
+        """Decorator form of `add`: the function's name is the check's name."""
+
+        def register(run):
+            self.add(level, name or run.__name__, run, **options)
+            return run
+
+        return register
+
+    def checks_at(self, level: int) -> list[Check]:
+        return [c for c in self.checks if c.level == level]
+
+    def max_points(self, check: Check) -> float:
+        level_checks = self.checks_at(check.level)
+        return LEVELS[check.level].points * check.weight / sum(c.weight for c in level_checks)
+
+
+@dataclass
+class CheckResult:
+    kata: str
+    level: int
+    check: str
+    passed: bool
+    points: float
+    max_points: float
+    message: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+
+    @property
+    def test_id(self) -> str:
+        return f"test_L{self.level}_{LEVELS[self.level].name}[{self.check}]"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CheckResult":
+        return cls(**data)
+
+
+def _where_in(exc: BaseException, path: Path) -> str:
+    """' (solution.py line 12: `code`)' for the deepest frame of `exc` inside the learner's file."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" ({path.name} line {frame.lineno}: `{(frame.line or '').strip()}`)"
+
+
+def describe_exception(exc: BaseException, path: Path | None = None) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" + (_where_in(exc, path) if path else "")
+
+
+def load_solution(path: Path, kata: str) -> ModuleType:
+    """Import a learner's solution.py by path (so a tree outside the repository works)."""
+    if not path.is_file():
+        raise CheckFailed(f"{path} does not exist: a solution tree holds one NN_name/solution.py per kata.")
+    module_name = f"kata_solution_{kata}_{zlib.crc32(str(path).encode()):08x}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up here
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise CheckFailed(f"{path} does not compile: {exc.msg} at line {exc.lineno}.") from None
+    except Exception as exc:
+        raise CheckFailed(f"importing {path} raised {describe_exception(exc, path)}.") from None
+    return module
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """pytest-timeout's signal method fails the test by raising from inside whatever code is running."""
+    return type(exc).__name__ == "Failed" and str(exc).startswith("Timeout")
+
+
+class Context:
+    """What a check gets: the learner's solution (loaded lazily), the device, and the session's options."""
+
+    def __init__(self, session: "GradingSession", kata: Kata, check: Check):
+        self.session = session
+        self.kata = kata
+        self.check = check
+        self.device = session.device
+        self.threads = session.threads
+        self.seed = session.check_seed(check)
+
+    @property
+    def solution_path(self) -> Path:
+        return self.session.solution_path(self.kata.name)
+
+    @property
+    def solution(self) -> ModuleType:
+        return self.session.load(self.kata.name)
+
+    def call(self, function: str, *args, returns: type | tuple[type, ...] | None = None):
+        """Call the learner's `function`; every way it can go wrong becomes one sentence."""
+        path = self.solution_path
+        fn = getattr(self.solution, function, None)
+        if not callable(fn):
+            raise CheckFailed(f"{path} has no function {function}: the kata asks for {self.kata.api[function]}.")
+        try:
+            result = fn(*args)
+        except NotImplementedError:
+            raise CheckFailed(
+                f"{function} is still the stub (it raises NotImplementedError): "
+                f"fill in the TODO(human) parts of {path}."
+            ) from None
+        except Exception as exc:
+            raise CheckFailed(f"{function} raised {describe_exception(exc, path)}.") from None
+        if returns is not None and not isinstance(result, returns):
+            expected = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
+            raise CheckFailed(f"{function} returned a {type(result).__name__}; the kata asks for {self.kata.api[function]} returning {expected}.")
+        return result
+
+
+def resolve_seed(seed: int | None) -> int:
+    """The grading seed: the one asked for, or a fresh random one (printed, so a run can be reproduced)."""
+    return random.SystemRandom().randrange(2**31) if seed is None else int(seed)
+
+
+class GradingSession:
+    """Runs checks of any kata against one solution tree, with one seed, device and speed setting."""
+
+    def __init__(
+        self,
+        solutions: Path | str,
+        *,
+        seed: int | None = None,
+        device: str = "cpu",
+        threads: int = 1,
+        speed: bool = True,
+    ):
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
+        self.solutions = Path(solutions).resolve()
+        self.seed = resolve_seed(seed)
+        self.device = torch.device(device)
+        self.threads = threads
+        self.speed = speed
+        self.results: list[CheckResult] = []
+        self._modules: dict[str, ModuleType | CheckFailed] = {}
+        self._timeouts: Counter[str] = Counter()
+
+    def solution_path(self, kata: str) -> Path:
+        return self.solutions / kata / "solution.py"
+
+    def load(self, kata: str) -> ModuleType:
+        """Load once per session; a failure is remembered so every later check repeats its reason."""
+        if kata not in self._modules:
+            try:
+                self._modules[kata] = load_solution(self.solution_path(kata), kata)
+            except CheckFailed as failure:
+                self._modules[kata] = failure
+            except BaseException as exc:
+                if is_timeout(exc):
+                    self._modules[kata] = CheckFailed(f"importing {self.solution_path(kata)} did not finish (timed out).")
+                raise
+        loaded = self._modules[kata]
+        if isinstance(loaded, CheckFailed):
+            raise CheckFailed(str(loaded))
+        return loaded
+
+    def check_seed(self, check: Check) -> int:
+        return zlib.crc32(f"{self.seed}/{check.kata}/{check.level}/{check.name}".encode())
+
+    def run(self, check: Check) -> CheckResult:
+        kata = load_grader(check.kata)
+        max_points = kata.max_points(check)
+
+        def record(passed: bool, message: str, figures: dict | None = None, skipped: bool = False):
+            result = CheckResult(check.kata, check.level, check.name, passed, max_points if passed else 0.0,
+                                 max_points, message, figures or {}, skipped)
+            self.results.append(result)
+            return result
+
+        if check.level == 3 and not self.speed:
+            return record(False, "not run: speed levels are off (--no-speed).", skipped=True)
+        if self._timeouts[check.kata] >= MAX_TIMEOUTS_PER_KATA:
+            return record(False, f"not run: {MAX_TIMEOUTS_PER_KATA} earlier checks of {check.kata} timed out.")
+
+        context = Context(self, kata, check)
+        torch.manual_seed(context.seed)
+        random.seed(context.seed)
+        try:
+            figures = check.run(context)
+        except CheckFailed as failure:
+            return record(False, str(failure), failure.figures)
+        except BaseException as exc:
+            if is_timeout(exc):
+                self._timeouts[check.kata] += 1
+                record(False, f"timed out after {check.timeout:.0f}s: does the pass loop forever on this model?")
+                raise
+            if not isinstance(exc, Exception):
+                raise
+            return record(False, f"the check could not finish: {describe_exception(exc, self.solution_path(check.kata))}.")
+        return record(True, "ok", figures)
+
+
+def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 3, 4), **options) -> list[CheckResult]:
+    """Grade one kata of a solution tree in this process (the project's tests use this)."""
+    session = GradingSession(solutions, **options)
+    return [session.run(check) for check in load_grader(kata).checks if check.level in levels]
+
+
+def level_points(results: list[CheckResult]) -> dict[int, tuple[float, float]]:
+    """Points earned and possible per level."""
+    totals = {level: [0.0, 0.0] for level in LEVELS}
+    for r in results:
+        totals[r.level][0] += r.points
+        totals[r.level][1] += r.max_points
+    return {level: (earned, possible) for level, (earned, possible) in totals.items()}

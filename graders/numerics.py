@@ -1,0 +1,47 @@
+"""Numerics: does the rewritten module compute what a pristine copy of the original computes?"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from graders.core import CheckFailed, describe_exception
+
+# fp32 tolerances. A rewrite that reassociates arithmetic (folding a scale into a weight) moves results
+# by a few ulps; every missing term the graders look for moves them by far more.
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+def input_sets(make_inputs: Callable[[int], tuple], batch_sizes: Sequence[int] = (1, 3), samples: int = 2) -> list[tuple]:
+    """Several fresh random draws at several batch sizes: one sample can hide a bug."""
+    return [make_inputs(batch) for batch in batch_sizes for _ in range(samples)]
+
+
+def run_module(module: Callable, inputs: tuple, what: str):
+    try:
+        with torch.no_grad():
+            return module(*inputs)
+    except Exception as exc:
+        raise CheckFailed(f"running {what} raised {describe_exception(exc)}.") from None
+
+
+def _shapes(inputs: tuple) -> str:
+    return ", ".join(str(tuple(t.shape)) if isinstance(t, torch.Tensor) else repr(t) for t in inputs)
+
+
+def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: list[tuple], *,
+                        what: str = "the rewritten module", rtol: float = RTOL, atol: float = ATOL,
+                        hint: str = "") -> None:
+    """Outputs must match in structure, shape, dtype, device and value on every input set."""
+    for inputs in inputs_list:
+        want = run_module(expected, inputs, "the original model")
+        got = run_module(candidate, inputs, what)
+        try:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+        except AssertionError as exc:
+            detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise CheckFailed(
+                f"{what} does not compute what the original does on inputs of shape {_shapes(inputs)}: {detail}"
+                + (f" Hint: {hint}" if hint else "")
+            ) from None

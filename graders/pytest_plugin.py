@@ -1,0 +1,131 @@
+"""pytest front end of the graders: one test per check, ids such as test_L2_exact[depthwise].
+
+A kata's test file is one line (see katas/03_conv_bn/test_03_conv_bn.py):
+
+    test_L1_pattern, test_L2_exact, test_L3_fast, test_L4_hidden = kata_level_tests("03_conv_bn")
+
+Options: --solutions DIR (or env KATA_SOLUTIONS) grades DIR/<kata>/solution.py instead of the file
+beside the test; --seed, --device, --threads and --no-speed as in score.py; --results-json FILE
+writes the check records (score.py reads them).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from tabulate import tabulate
+
+from graders.core import LEVELS, GradingSession, level_points, resolve_seed
+from graders.katas import load_grader
+
+_SEED = pytest.StashKey[int]()
+_SESSIONS = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fx-katas", "grading options")
+    group.addoption("--solutions", default=os.environ.get("KATA_SOLUTIONS"), metavar="DIR",
+                    help="solution tree to grade: DIR/<kata>/solution.py (default: the kata folder of each test; "
+                         "env KATA_SOLUTIONS)")
+    group.addoption("--seed", type=int, default=None, help="grading seed for random models (default: random, printed)")
+    group.addoption("--device", choices=["cpu", "cuda"], default="cpu", help="device for models and timing")
+    group.addoption("--threads", type=int, default=1, help="CPU threads while timing (default 1)")
+    group.addoption("--no-speed", action="store_true", help="skip the speed level (L3)")
+    group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
+
+
+def pytest_configure(config):
+    config.stash[_SEED] = resolve_seed(config.getoption("seed"))  # one seed for the whole run
+    config.stash[_SESSIONS] = {}
+
+
+def pytest_report_header(config):
+    seed = config.stash[_SEED]
+    return f"fx-katas: grading seed {seed} (reproduce with --seed {seed}), device {config.getoption('device')}"
+
+
+def kata_level_tests(kata: str):
+    """The four level tests of a kata, for its test file to bind at module level."""
+    def make(level: int):
+        def test(kata_check, kata_session):
+            result = kata_session.run(kata_check)
+            if result.skipped:
+                pytest.skip(result.message)
+            if not result.passed:
+                pytest.fail(f"{kata} {kata_check.test_id}: {result.message}", pytrace=False)
+
+        test.__name__ = test.__qualname__ = f"test_L{level}_{LEVELS[level].name}"
+        test.__doc__ = f"Level {level} ({LEVELS[level].name}): {LEVELS[level].meaning}."
+        test.kata, test.level = kata, level
+        return test
+
+    return tuple(make(level) for level in LEVELS)
+
+
+def pytest_generate_tests(metafunc):
+    if "kata_check" not in metafunc.fixturenames:
+        return
+    function = metafunc.function
+    checks = load_grader(function.kata).checks_at(function.level)
+    metafunc.parametrize("kata_check", [
+        pytest.param(check, id=check.name, marks=pytest.mark.timeout(check.timeout)) for check in checks
+    ])
+
+
+@pytest.fixture
+def kata_session(request) -> GradingSession:
+    """One grading session per solution tree, shared by every check in this pytest run."""
+    config = request.config
+    solutions = config.getoption("solutions") or request.path.parent.parent
+    solutions = Path(solutions).resolve()
+    sessions = config.stash[_SESSIONS]
+    if solutions not in sessions:
+        sessions[solutions] = GradingSession(
+            solutions, seed=config.stash[_SEED], device=config.getoption("device"),
+            threads=config.getoption("threads"), speed=not config.getoption("no_speed"))
+    return sessions[solutions]
+
+
+def _all_results(config):
+    return [r for s in config.stash.get(_SESSIONS, {}).values() for r in s.results]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    results = _all_results(config)
+    if not results:
+        return
+    seed = config.stash[_SEED]
+    write = terminalreporter.write_line
+    terminalreporter.section("fx-katas: points per level")
+    for kata in dict.fromkeys(r.kata for r in results):
+        kata_results = [r for r in results if r.kata == kata]
+        points = level_points(kata_results)
+        rows = []
+        for level, (earned, possible) in points.items():
+            at_level = [r for r in kata_results if r.level == level]
+            if at_level:
+                passed = sum(r.passed for r in at_level)
+                rows.append([f"L{level} {LEVELS[level].name}", f"{passed}/{len(at_level)}",
+                             f"{earned:.1f} / {possible:.1f}"])
+        total = sum(e for e, _ in points.values()), sum(p for _, p in points.values())
+        rows.append(["total", "", f"{total[0]:.1f} / {total[1]:.1f}"])
+        write(f"{kata}:")
+        write(tabulate(rows, headers=["level", "checks passed", "points"]))
+        for r in kata_results:
+            if r.level == 3 and "speedup" in r.figures:
+                f = r.figures
+                write(f"speed: {f['speedup']:.2f}x (needs {f['threshold']:.2f}x; rounds {f['speedup_low']:.2f}x-"
+                      f"{f['speedup_high']:.2f}x); aten ops {f['aten_ops_before']} -> {f['aten_ops_after']}, "
+                      f"bytes written {f['bytes_written_before']:,} -> {f['bytes_written_after']:,}")
+    write(f"grading seed {seed}: rerun with --seed {seed} to reproduce the hidden models.")
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("results_json")
+    if path:
+        Path(path).write_text(json.dumps({
+            "seed": session.config.stash[_SEED],
+            "results": [r.to_dict() for r in _all_results(session.config)],
+        }, indent=1))

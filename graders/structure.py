@@ -1,0 +1,59 @@
+"""Structure: what the rewritten graph contains, and whether it is a valid, freshly compiled GraphModule."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+
+import torch
+import torch.fx as fx
+
+from graders.core import CheckFailed
+
+
+def call_module_nodes(gm: fx.GraphModule, module_type: type) -> list[fx.Node]:
+    modules = dict(gm.named_modules())
+    return [n for n in gm.graph.nodes if n.op == "call_module" and isinstance(modules.get(n.target), module_type)]
+
+
+def graph_table(gm: fx.GraphModule) -> str:
+    """The graph as `Graph.print_tabular` shows it."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        gm.graph.print_tabular()
+    return out.getvalue().rstrip()
+
+
+def before_after(before: fx.GraphModule, after: fx.GraphModule) -> str:
+    return f"\n\nGraph before the pass:\n{graph_table(before)}\n\nGraph after the pass:\n{graph_table(after)}"
+
+
+def assert_valid_graph_module(gm, function: str) -> None:
+    """A GraphModule whose graph passes `Graph.lint()` and whose generated code matches the graph."""
+    if not isinstance(gm, fx.GraphModule):
+        raise CheckFailed(f"{function} returned a {type(gm).__name__}, not a torch.fx.GraphModule.")
+    try:
+        gm.graph.lint()
+    except Exception as exc:
+        raise CheckFailed(f"Graph.lint() rejects the graph {function} returned: {exc}") from None
+    if gm.code != gm.graph.python_code(root_module="self").src:
+        raise CheckFailed(
+            f"the GraphModule {function} returned runs stale code: its graph was edited but its forward was "
+            "not regenerated. Call gm.recompile() after editing gm.graph."
+        )
+
+
+def assert_module_count(gm: fx.GraphModule, module_type: type, expected: int, *, function: str,
+                        before: fx.GraphModule, hint: str) -> None:
+    nodes = call_module_nodes(gm, module_type)
+    if len(nodes) != expected:
+        names = ", ".join(n.target for n in nodes) or "none"
+        raise CheckFailed(
+            f"after {function}, the graph calls {len(nodes)} {module_type.__name__} module(s) ({names}); "
+            f"expected {expected}. Hint: {hint}" + before_after(before, gm)
+        )
+
+
+def traced_copy(model: torch.nn.Module) -> fx.GraphModule:
+    """A traced deep copy: the pass may do what it likes to it without touching `model`."""
+    return fx.symbolic_trace(copy.deepcopy(model))

@@ -1,0 +1,121 @@
+"""Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count."""
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+# torch.utils.benchmark imports cpp_extension, which warns about CUDA_HOME on machines without CUDA:
+# noise in every learner's output, and irrelevant to Python-level timing.
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+from torch.utils import benchmark  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from graders.core import CheckFailed
+from graders.numerics import assert_same_outputs
+
+
+@dataclass(frozen=True)
+class Speedup:
+    median: float       # median over rounds of baseline_time / candidate_time
+    low: float          # the worst round
+    high: float         # the best round
+    baseline_ms: float
+    candidate_ms: float
+    rounds: int
+
+    def __str__(self) -> str:
+        return (f"{self.median:.2f}x (rounds {self.low:.2f}x-{self.high:.2f}x; "
+                f"baseline {self.baseline_ms:.2f} ms, candidate {self.candidate_ms:.2f} ms)")
+
+
+def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, threads: int = 1,
+                    rounds: int = 7, min_run_time: float = 0.2) -> Speedup:
+    """Time baseline and candidate in alternating order, round by round, and take the median ratio.
+
+    Interleaving makes both see the same machine state (frequency, cache, other load), so the ratio
+    is steady even when absolute times drift.
+    """
+    def timer(fn):
+        return benchmark.Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
+
+    base_timer, cand_timer = timer(baseline), timer(candidate)
+    with torch.no_grad():
+        baseline(*inputs), candidate(*inputs)  # warm-up: allocator, lazy initialisation
+        ratios, base_times, cand_times = [], [], []
+        for round_index in range(rounds):
+            order = (base_timer, cand_timer) if round_index % 2 == 0 else (cand_timer, base_timer)
+            times = {id(t): t.blocked_autorange(min_run_time=min_run_time).median for t in order}
+            base_times.append(times[id(base_timer)])
+            cand_times.append(times[id(cand_timer)])
+            ratios.append(base_times[-1] / cand_times[-1])
+    return Speedup(statistics.median(ratios), min(ratios), max(ratios),
+                   statistics.median(base_times) * 1e3, statistics.median(cand_times) * 1e3, rounds)
+
+
+@dataclass(frozen=True)
+class Cost:
+    aten_ops: int
+    bytes_written: int  # bytes of every fresh (non-view) tensor the ops produced
+
+
+class _CostCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out)
+                          if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs)
+        return out
+
+
+def count_cost(model: Callable, inputs: tuple) -> Cost:
+    """aten ops executed and bytes they wrote: the same on every machine, unlike a time."""
+    counter = _CostCounter()
+    with torch.no_grad(), counter:
+        model(*inputs)
+    return Cost(counter.ops, counter.bytes)
+
+
+def cost_figures(before: Cost, after: Cost) -> dict:
+    return {
+        "aten_ops_before": before.aten_ops, "aten_ops_after": after.aten_ops,
+        "bytes_written_before": before.bytes_written, "bytes_written_after": after.bytes_written,
+        # What a memory-bound pass could at best gain from writing fewer bytes.
+        "ideal_speedup_from_bytes": round(before.bytes_written / max(after.bytes_written, 1), 3),
+    }
+
+
+def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Callable[[], tuple],
+                   thresholds: dict[str, float], *, what: str, hint: str) -> dict:
+    """The L3 verdict: the candidate must beat the traced original by the kata's threshold on this device.
+
+    Outputs are compared again on fresh inputs after timing, so a candidate that returns cached
+    results cannot pass.
+    """
+    threshold = thresholds[ctx.device.type]
+    inputs = make_inputs()
+    speed = measure_speedup(baseline, candidate, inputs, threads=ctx.threads)
+    figures = {
+        "speedup": round(speed.median, 3), "speedup_low": round(speed.low, 3), "speedup_high": round(speed.high, 3),
+        "threshold": threshold, "baseline_ms": round(speed.baseline_ms, 3), "candidate_ms": round(speed.candidate_ms, 3),
+        "device": ctx.device.type, "threads": ctx.threads,
+        **cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs)),
+    }
+    assert_same_outputs(baseline, candidate, [make_inputs(), make_inputs()], what=what)
+    if speed.median < threshold:
+        raise CheckFailed(
+            f"{what} is {speed} against the traced original; this level needs at least {threshold:.2f}x "
+            f"on {ctx.device.type}. Hint: {hint}",
+            figures,
+        )
+    return figures
