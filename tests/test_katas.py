@@ -1,0 +1,41 @@
+"""Every available kata: the reference gets full marks (speed level included), the stub gets zero."""
+import pytest
+
+from graders.core import grade
+from graders.katas import REPO_ROOT, available_katas, load_grader
+
+KATAS = available_katas()
+
+
+@pytest.mark.parametrize("kata", KATAS)
+def test_reference_gets_full_marks(kata):
+    results = grade(kata, REPO_ROOT / "reference", seed=0)
+    failures = [f"{r.test_id}: {r.message}" for r in results if not r.passed]
+    assert not failures, "\n".join(failures)
+    assert sum(r.points for r in results) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("kata", KATAS)
+def test_reference_passes_with_another_seed(kata):
+    results = grade(kata, REPO_ROOT / "reference", seed=12345, levels=(2, 4))
+    assert all(r.passed for r in results), [f"{r.test_id}: {r.message}" for r in results if not r.passed]
+
+
+@pytest.mark.parametrize("kata", KATAS)
+def test_stub_gets_zero_with_readable_reasons(kata):
+    results = grade(kata, REPO_ROOT / "katas", seed=0, speed=False)
+    assert sum(r.points for r in results) == 0
+    for r in results:
+        if not r.skipped:
+            assert "still the stub" in r.message and "TODO(human)" in r.message, f"{r.test_id}: {r.message}"
+
+
+@pytest.mark.parametrize("kata", KATAS)
+def test_kata_folder_is_complete(kata):
+    folder = REPO_ROOT / "katas" / kata
+    stub = (folder / "solution.py").read_text()
+    assert "TODO(human)" in stub and "NotImplementedError" in stub
+    assert (folder / "README.md").is_file() and (folder / f"test_{kata}.py").is_file()
+    assert (REPO_ROOT / "reference" / kata / "solution.py").is_file()
+    levels = {check.level for check in load_grader(kata).checks}
+    assert levels == {1, 2, 3, 4}, f"{kata} has checks at levels {sorted(levels)}; every kata grades all four"
