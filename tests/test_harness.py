@@ -1,0 +1,69 @@
+"""The shared harness: loading learner files, calling them, counting cost, and the pytest front end."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from graders.core import CheckFailed, GradingSession, load_grader
+from graders.katas import REPO_ROOT
+from graders.timing import count_cost
+
+KATA = "03_conv_bn"
+
+
+def session_with(tmp_path, source: str) -> GradingSession:
+    (tmp_path / KATA).mkdir()
+    (tmp_path / KATA / "solution.py").write_text(source)
+    return GradingSession(tmp_path, seed=0, speed=False)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def fuse_conv_bn(gm:\n", "does not compile"),
+    ("import not_a_module_anywhere\n", "importing"),
+    ("raise RuntimeError('boom')\n", "RuntimeError: boom"),
+    ("x = 1\n", "has no function fuse_conv_bn"),
+    ("def fuse_conv_bn(gm):\n    return 42\n", "returned a int"),
+    ("def fuse_conv_bn(gm):\n    return gm.nope\n", "solution.py line 2: `return gm.nope`"),
+])
+def test_a_broken_solution_fails_with_one_sentence(tmp_path, source, expected):
+    session = session_with(tmp_path, source)
+    single_pair = next(c for c in load_grader(KATA).checks if c.name == "single_pair")
+    result = session.run(single_pair)
+    assert not result.passed and expected in result.message
+    assert "\n" not in result.message.split(" Hint")[0]
+
+
+def test_missing_solution_file_is_explained(tmp_path):
+    session = GradingSession(tmp_path, seed=0)
+    with pytest.raises(CheckFailed, match="does not exist"):
+        session.load(KATA)
+
+
+def test_cost_counter_counts_ops_and_fresh_bytes():
+    x = torch.randn(8, 8)
+    cost = count_cost(lambda t: (t * 2 + 1).view(64), (x,))
+    assert cost.aten_ops == 3  # mul, add, view
+    assert cost.bytes_written == 2 * 64 * 4  # the view writes nothing
+
+
+def run_pytest(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pytest", f"katas/{KATA}", "-p", "no:cacheprovider", *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def test_kata_tests_grade_the_tree_given_by_option_or_environment():
+    by_option = run_pytest("--solutions", "reference", "--seed", "3", "-k", "L1 or L4")
+    assert by_option.returncode == 0, by_option.stdout
+    assert "grading seed 3" in by_option.stdout and "points per level" in by_option.stdout
+    assert "L4 hidden   5/5" in by_option.stdout
+    by_env = run_pytest("--seed", "3", "-k", "L1", env={"KATA_SOLUTIONS": "reference"})
+    assert by_env.returncode == 0, by_env.stdout
+
+
+def test_kata_tests_fail_the_stub_with_level_ids_and_sentences():
+    proc = run_pytest("--seed", "3", "--no-speed")
+    assert proc.returncode == 1
+    assert "test_L2_exact[depthwise]" in proc.stdout and "still the stub" in proc.stdout
+    assert "0.0 / 100.0" in proc.stdout and "Traceback" not in proc.stdout

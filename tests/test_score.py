@@ -1,0 +1,106 @@
+"""score.py end to end, and the leaderboard it regenerates."""
+import json
+import multiprocessing
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from graders.katas import REPO_ROOT
+from graders.leaderboard import SCHEMA, load_runs, locked, regenerate, render, store_run
+
+KATA = "03_conv_bn"
+
+
+def score(tmp_path, *args, timeout=600):
+    command = [sys.executable, str(REPO_ROOT / "graders" / "score.py"), "--kata", KATA, "--seed", "0",
+               "--results-dir", str(tmp_path / "results"), "--leaderboard", str(tmp_path / "LEADERBOARD.md"), *args]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+
+
+def tree_with(tmp_path, source: str):
+    solution = tmp_path / "tree" / KATA / "solution.py"
+    solution.parent.mkdir(parents=True)
+    solution.write_text(source)
+    return solution.parent.parent
+
+
+def test_reference_tree_scores_and_is_stored_for_the_team(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO_ROOT / "reference" / KATA, tree / KATA)
+    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--team", "team a", "--json", str(tmp_path / "run.json"))
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    kata = run["katas"][KATA]
+    assert kata["points"] == pytest.approx(80.0) and kata["levels"]["3"] == [0.0, 20.0]
+    assert run["seed"] == 0 and run["team"] == "team a" and len(run["solutions_hash"]) == 64
+    assert "not yet available" in proc.stdout or len(run["katas"]) == 1
+    assert "| team a" in (tmp_path / "LEADERBOARD.md").read_text()
+    assert len(list((tmp_path / "results").glob("*/*.json"))) == 1
+
+
+def test_stub_tree_scores_zero_and_says_where_to_start(tmp_path):
+    proc = score(tmp_path, "--no-speed")
+    assert proc.returncode == 0, proc.stderr
+    assert "still the stub" in proc.stdout
+    assert f"Next: kata {KATA}" in proc.stdout and f"uv run pytest katas/{KATA}" in proc.stdout
+    assert "No team has been graded yet" in (tmp_path / "LEADERBOARD.md").read_text()
+
+
+def test_syntax_error_costs_the_kata_with_a_reason(tmp_path):
+    tree = tree_with(tmp_path, "def fuse_conv_bn(gm)\n    return gm\n")
+    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--json", str(tmp_path / "run.json"))
+    assert proc.returncode == 0, proc.stderr
+    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
+    assert kata["points"] == 0 and "does not compile" in kata["message"] and "line 1" in kata["message"]
+
+
+def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
+    tree = tree_with(tmp_path, "while True:\n    pass\n")
+    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--kata-timeout", "20",
+                 "--json", str(tmp_path / "run.json"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
+    assert kata["status"] == "timed out" and kata["points"] == 0
+    assert "did not finish within 20s" in proc.stdout
+
+
+def fake_run(team: str, points: float, speedup: float, timestamp="2026-11-22T10:00:00+00:00") -> dict:
+    return {"schema": SCHEMA, "team": team, "timestamp": timestamp, "seed": 1, "device": "cpu",
+            "device_name": "test cpu", "torch": "2.x", "solutions_hash": "ab" * 32, "total_points": points,
+            "katas": {KATA: {"status": "graded", "points": points, "speedup": speedup}}}
+
+
+def test_leaderboard_ranks_by_points_then_speedup_and_keeps_latest_run(tmp_path):
+    for run in [fake_run("slow", 90, 1.2), fake_run("fast", 90, 1.6), fake_run("best", 100, 1.0),
+                fake_run("fast", 10, 1.0, timestamp="2026-11-21T10:00:00+00:00")]:
+        store_run(tmp_path, run)
+    board = render(load_runs(tmp_path)[0])
+    order = [line.split("|")[2].strip() for line in board.splitlines() if line.startswith("|") and "rank" not in line
+             and "---" not in line]
+    assert order == ["best", "fast", "slow"]
+
+
+def test_corrupt_results_file_is_named_and_the_rest_still_ranks(tmp_path):
+    store_run(tmp_path, fake_run("good", 50, 1.1))
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "broken.json").write_text("{not json")
+    (tmp_path / "evil" / "foreign.json").write_text(json.dumps({"hello": 1}))
+    problems = regenerate(tmp_path, tmp_path / "LEADERBOARD.md")
+    assert len(problems) == 2 and all("evil" in p for p in problems)
+    assert "| good" in (tmp_path / "LEADERBOARD.md").read_text()
+
+
+def _store_and_regenerate(results_dir, team):
+    with locked(results_dir):
+        store_run(results_dir, fake_run(team, 10, 1.0))
+        regenerate(results_dir, results_dir / "LEADERBOARD.md")
+
+
+def test_concurrent_runs_lose_no_row(tmp_path):
+    teams = [f"team{i}" for i in range(8)]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.starmap(_store_and_regenerate, [(tmp_path, team) for team in teams])
+    board = (tmp_path / "LEADERBOARD.md").read_text()
+    assert all(f"| {team} " in board for team in teams), board
