@@ -67,3 +67,13 @@ def test_kata_tests_fail_the_stub_with_level_ids_and_sentences():
     assert proc.returncode == 1
     assert "test_L2_exact[depthwise]" in proc.stdout and "still the stub" in proc.stdout
     assert "0.0 / 100.0" in proc.stdout and "Traceback" not in proc.stdout
+
+
+def test_a_hanging_pass_times_out_twice_then_the_rest_fail_at_once(tmp_path):
+    (tmp_path / KATA).mkdir()
+    (tmp_path / KATA / "solution.py").write_text("def fuse_conv_bn(gm):\n    while True:\n        pass\n")
+    proc = run_pytest("--solutions", str(tmp_path), "--seed", "0", "--no-speed", "-k", "L1 or L2",
+                      "--check-timeout", "2")
+    assert proc.returncode == 1
+    assert proc.stdout.count("Timeout (>2.0s) from pytest-timeout") == 2, proc.stdout
+    assert "not run: 2 earlier checks of 03_conv_bn timed out" in proc.stdout
