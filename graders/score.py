@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="grading seed (default: random, printed)")
     parser.add_argument("--kata-timeout", type=float, default=900.0, metavar="S",
                         help="seconds one kata may take in all before it is stopped (default 900)")
+    parser.add_argument("--kata-memory", type=float, default=8.0, metavar="GB",
+                        help="address space one kata's grading process may use (default 8 GiB)")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results", help=argparse.SUPPRESS)
     parser.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -88,6 +91,12 @@ def failed_grading(status: str, message: str) -> dict:
             "message": message, "checks": []}
 
 
+def memory_cap(gigabytes: float):
+    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine."""
+    limit = int(gigabytes * 2**30)
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def grade_kata(kata: str, args: argparse.Namespace, seed: int) -> dict:
     test_file = REPO_ROOT / "katas" / kata / f"test_{kata}.py"
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +105,8 @@ def grade_kata(kata: str, args: argparse.Namespace, seed: int) -> dict:
                    "--solutions", str(args.solutions.resolve()), "--seed", str(seed), "--device", args.device,
                    "--threads", str(args.threads), "--results-json", str(out)] + (["--no-speed"] if args.no_speed else [])
         try:
-            proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout)
+            proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout,
+                                  preexec_fn=memory_cap(args.kata_memory))
         except subprocess.TimeoutExpired:
             return failed_grading("timed out", f"grading did not finish within {args.kata_timeout:.0f}s; "
                                                 f"run `uv run pytest katas/{kata}` to see which check hangs.")

@@ -104,3 +104,11 @@ def test_concurrent_runs_lose_no_row(tmp_path):
         pool.starmap(_store_and_regenerate, [(tmp_path, team) for team in teams])
     board = (tmp_path / "LEADERBOARD.md").read_text()
     assert all(f"| {team} " in board for team in teams), board
+
+
+def test_memory_hog_costs_the_kata_not_the_machine(tmp_path):
+    tree = tree_with(tmp_path, "import torch\nHOARD = torch.empty(6 * 2**30, dtype=torch.uint8)\n")
+    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--kata-memory", "4", "--json", str(tmp_path / "run.json"))
+    assert proc.returncode == 0, proc.stderr
+    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
+    assert kata["points"] == 0 and "importing" in kata["message"] and "RuntimeError" in kata["message"]
