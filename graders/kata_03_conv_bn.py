@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from graders.core import CheckFailed, Context, Kata
 from graders.models import nest_under, random_identifier
 from graders.numerics import assert_same_outputs, input_sets
-from graders.structure import assert_module_count, assert_valid_graph_module, call_module_nodes
+from graders.structure import assert_module_count, assert_valid_graph_module, call_module_nodes, traced_copy
 from graders.timing import assert_speedup
 
 KATA = Kata("03_conv_bn", api={
@@ -265,7 +265,7 @@ def bn_call_count(gm: fx.GraphModule) -> int:
 
 def run_fuse(ctx: Context, model: nn.Module) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Trace the model and run the learner's pass; returns (traced before the pass, result)."""
-    before = fx.symbolic_trace(copy.deepcopy(model))
+    before = traced_copy(model)
     gm = ctx.call("fuse_conv_bn", fx.symbolic_trace(model), returns=fx.GraphModule)
     assert_valid_graph_module(gm, "fuse_conv_bn")
     return before, gm
@@ -281,7 +281,7 @@ def check_case(ctx: Context, case: Case) -> dict:
     assert_module_count(gm, nn.Conv2d, len(call_module_nodes(before, nn.Conv2d)), function="fuse_conv_bn",
                         before=before, hint="folding keeps every convolution; it only removes BatchNorms.")
     assert_same_outputs(pristine, gm, input_sets(inputs_for(case, ctx.device)), what="the folded module",
-                        hint=case.hint)
+                        hint=case.hint, graphs=(before, gm))
     return {"batchnorms_before": bn_before, "batchnorms_after": bn_call_count(gm)}
 
 
@@ -371,7 +371,7 @@ def small_cnn_speedup(ctx: Context):
     c = BENCHMARK_CHANNELS
     model = _seq(*(ConvBN(conv2d(c, c, bias=False), bn2d(c), relu=True) for _ in range(BENCHMARK_BLOCKS)))
     model = model.eval().to(ctx.device)
-    baseline = fx.symbolic_trace(copy.deepcopy(model))
+    baseline = traced_copy(model)
     _, candidate = run_fuse(ctx, model)
     return assert_speedup(ctx, baseline, candidate,
                           lambda: (torch.randn(1, c, BENCHMARK_SIZE, BENCHMARK_SIZE, device=ctx.device),),

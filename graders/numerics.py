@@ -7,6 +7,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from graders.core import CheckFailed, describe_exception
+from graders.structure import before_after
 
 # fp32 tolerances. A rewrite that reassociates arithmetic (folding a scale into a weight) moves results
 # by a few ulps of the *intermediate* values, so the absolute tolerance scales with the output's
@@ -39,8 +40,11 @@ def _shapes(inputs: tuple) -> str:
 
 def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: list[tuple], *,
                         what: str = "the rewritten module", rtol: float = RTOL, atol: float = ATOL,
-                        hint: str = "") -> None:
-    """Outputs must match in structure, shape, dtype, device and value on every input set."""
+                        hint: str = "", graphs: tuple | None = None) -> None:
+    """Outputs must match in structure, shape, dtype, device and value on every input set.
+
+    `graphs`, a (before, after) pair of GraphModules, are shown after the sentence when outputs differ.
+    """
     for inputs in inputs_list:
         want = run_module(expected, inputs, "the original model")
         got = run_module(candidate, inputs, what)
@@ -51,4 +55,5 @@ def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: li
             raise CheckFailed(
                 f"{what} does not compute what the original does on inputs of shape {_shapes(inputs)}: {detail}"
                 + (f" Hint: {hint}" if hint else "")
+                + (before_after(*graphs) if graphs else "")
             ) from None
