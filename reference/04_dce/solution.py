@@ -1,0 +1,93 @@
+"""Kata 04, reference solution: dead-code elimination that keeps every side effect."""
+from __future__ import annotations
+
+import inspect
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Functions that draw from the random-number generator. Removing one, even with its result unused,
+# shifts every later random draw: the model's other outputs and the generator's state change.
+RANDOM_FUNCTIONS = {
+    torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.randint, torch.randint_like,
+    torch.randperm, torch.normal, torch.poisson, torch.bernoulli, torch.multinomial,
+    torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout, torch.rrelu,
+    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
+    F.rrelu, F.gumbel_softmax,
+}
+RANDOM_METHODS = {"bernoulli", "multinomial"}  # the in-place ones (uniform_, normal_, ...) end in "_"
+RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+                  nn.FeatureAlphaDropout, nn.RReLU)
+
+# Functions whose whole point is their effect, not their result.
+SIDE_EFFECT_FUNCTIONS = {operator.setitem, operator.delitem, torch._assert, print}
+
+
+def _bound_arguments(node: fx.Node) -> dict:
+    """The call's arguments by parameter name, so `F.relu(x, True)` reads as inplace=True."""
+    try:
+        return inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments
+    except (TypeError, ValueError):  # builtins without a signature: only keywords are named
+        return dict(node.kwargs)
+
+
+def _mutates(node: fx.Node, modules: dict) -> bool:
+    """Does running the node change a tensor that someone else can see?"""
+    if node.op == "call_method":
+        # PyTorch's convention: a trailing underscore means in place (x.add_, x.zero_, x.copy_).
+        return node.target.endswith("_") and not node.target.endswith("__")
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        if name.endswith("_") and not name.endswith("__"):  # torch.relu_, F.relu_
+            return True
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+            return True
+        arguments = _bound_arguments(node)
+        return arguments.get("inplace") is True or arguments.get("out") is not None
+    if node.op == "call_module":
+        module = modules[node.target]
+        if getattr(module, "inplace", False) is True:
+            return True
+        # A BatchNorm in training mode updates its running statistics on every call.
+        return (isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training
+                and module.track_running_stats)
+    return False
+
+
+def _draws_random_numbers(node: fx.Node, modules: dict) -> bool:
+    if node.op == "call_function":
+        return node.target in RANDOM_FUNCTIONS or getattr(node.target, "_nondeterministic_seeded", False)
+    if node.op == "call_method":
+        return node.target in RANDOM_METHODS
+    if node.op == "call_module":
+        module = modules[node.target]
+        return isinstance(module, RANDOM_MODULES) and module.training
+    return False
+
+
+def has_side_effects(node: fx.Node, modules: dict) -> bool:
+    """True for a node that must stay even when nothing uses its result."""
+    if node.op in ("placeholder", "output"):  # the signature and the result are the contract
+        return True
+    if node.op == "call_function" and node.target in SIDE_EFFECT_FUNCTIONS:
+        return True
+    return _mutates(node, modules) or _draws_random_numbers(node, modules)
+
+
+def eliminate_dead_code(gm: fx.GraphModule) -> int:
+    """Erase every node whose result nobody uses and that has no side effect; return how many."""
+    modules = dict(gm.named_modules())
+    removed = 0
+    # Walking backwards visits every user before the node it uses, so erasing a dead user drops the
+    # use before we reach the node: a whole dead chain goes in one sweep. node.users already counts
+    # uses nested inside lists, tuples, dicts and kwargs.
+    for node in reversed(gm.graph.nodes):
+        if len(node.users) == 0 and not has_side_effects(node, modules):
+            gm.graph.erase_node(node)
+            removed += 1
+    gm.graph.lint()
+    gm.recompile()
+    return removed
