@@ -1,0 +1,77 @@
+"""Kata 01: plausible wrong solutions, each caught at the level that should catch it."""
+import pytest
+from mutation import Mutant, assert_caught_at_its_level, write_mutant_tree
+
+from graders.core import grade
+
+KATA = "01_linear_relu"
+FORWARD = "        return F.linear(x, self.weight, self.bias).relu_()"
+REWIRE = "        relu_node.replace_all_uses_with(fused_node)\n        gm.graph.erase_node(relu_node)\n"
+NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    calls",
+               "    return gm\n    modules = dict(gm.named_modules())\n    calls", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    gm.recompile()\n    return gm", "    return gm", caught_at=1),
+    Mutant("drops_the_bias", FORWARD, "        return F.linear(x, self.weight).relu_()", caught_at=1),
+    Mutant("forgets_the_relu", FORWARD, "        return F.linear(x, self.weight, self.bias)", caught_at=1),
+    Mutant("weight_as_buffer", "        self.weight = linear.weight\n",
+           '        self.register_buffer("weight", linear.weight.detach().clone())\n', caught_at=1),
+    # Outputs stay right (ReLU is idempotent): only the structure check sees the ReLU still running.
+    Mutant("keeps_the_relu_node", REWIRE, "        linear_node.replace_all_uses_with(fused_node)\n", caught_at=1),
+    Mutant("keeps_the_linear_node", "        gm.graph.erase_node(linear_node)\n", "", caught_at=1),
+    Mutant("misses_inplace_spellings",
+           'RELU_FUNCTIONS = {torch.relu, torch.relu_, F.relu}\nRELU_METHODS = {"relu", "relu_"}',
+           'RELU_FUNCTIONS = {torch.relu, F.relu}\nRELU_METHODS = {"relu"}', caught_at=2),
+    Mutant("misses_method_spelling", "        return node.target in RELU_METHODS", "        return False", caught_at=2),
+    Mutant("matches_functions_by_name", "        return node.target in RELU_FUNCTIONS",
+           '        return "relu" in getattr(node.target, "__name__", "")', caught_at=2),
+    Mutant("matches_modules_by_class_name", "type(modules.get(node.target)) is nn.ReLU",
+           '"ReLU" in type(modules.get(node.target)).__name__', caught_at=2),
+    Mutant("fuses_across_dropout", "        linear_node = _relu_input(relu_node)\n",
+           "        linear_node = _relu_input(relu_node)\n"
+           "        while isinstance(modules.get(getattr(linear_node, 'target', None)), nn.Dropout):\n"
+           "            linear_node = linear_node.args[0]\n", caught_at=2),
+    Mutant("fuses_linear_with_another_user", "        if len(linear_node.users) != 1:", "        if False:",
+           caught_at=2),
+    Mutant("fuses_at_shared_linear_module", "        if calls[linear_node.target] != 1:", "        if False:",
+           caught_at=2),
+    Mutant("deletes_the_relu_module", REWIRE,
+           REWIRE + '        if relu_node.op == "call_module":\n            gm.delete_submodule(relu_node.target)\n',
+           caught_at=2),
+    Mutant("rewires_only_the_first_user", "        relu_node.replace_all_uses_with(fused_node)\n",
+           "        next(iter(relu_node.users)).replace_input_with(relu_node, fused_node)\n", caught_at=2),
+    Mutant("refuses_training_mode", "        if calls[linear_node.target] != 1:",
+           "        if modules[linear_node.target].training:\n            continue\n"
+           "        if calls[linear_node.target] != 1:", caught_at=2),
+    Mutant("crashes_without_bias", 'self.register_parameter("bias", linear.bias)',
+           "self.bias = nn.Parameter(linear.bias.detach().clone())", caught_at=2),
+    Mutant("assumes_2d_input", FORWARD, "        return torch.addmm(self.bias, x, self.weight.t()).relu_()",
+           caught_at=2),
+    Mutant("forward_under_no_grad", FORWARD, "        with torch.no_grad():  # inference only\n    " + FORWARD,
+           caught_at=2),
+    Mutant("setattr_with_dotted_name", "gm.set_submodule(linear_node.target,", "setattr(gm, linear_node.target,",
+           caught_at=2),
+    Mutant("only_names_seen_in_visible_models", "        linear_node = _relu_input(relu_node)\n",
+           "        linear_node = _relu_input(relu_node)\n"
+           '        if not isinstance(linear_node, fx.Node) or "fc" not in str(linear_node.target):\n'
+           "            continue\n", caught_at=4),
+]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
+def test_mutant_is_caught_at_its_level(mutant, tmp_path):
+    assert_caught_at_its_level(tmp_path, KATA, mutant)
+
+
+def test_no_op_fails_the_speed_level(tmp_path):
+    results = grade(KATA, write_mutant_tree(tmp_path, KATA, NO_OP), seed=0, levels=(3,))
+    assert [r.passed for r in results] == [False]
+    assert 0.8 < results[0].figures["speedup"] < results[0].figures["threshold"]
+
+
+def test_failure_names_the_missing_bias(tmp_path):
+    drops_the_bias = MUTANTS[2]
+    results = grade(KATA, write_mutant_tree(tmp_path, KATA, drops_the_bias), seed=0, levels=(1,))
+    message = next(r.message for r in results if r.check == "fused_module")
+    assert "the bias is missing" in message
