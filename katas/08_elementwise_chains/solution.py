@@ -1,0 +1,44 @@
+"""Kata 08: find chains of elementwise ops, then fuse each chain into one node.
+
+Read README.md beside this file first. Grade your work with:  uv run pytest katas/08_elementwise_chains
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def find_elementwise_chains(gm: fx.GraphModule) -> list[list[fx.Node]]:
+    """The maximal chains of two or more elementwise nodes of `gm` (README: "What a chain is").
+
+    Chains are disjoint; the nodes of each chain are in graph order, and the chains are in graph order
+    of their first nodes. Only out-of-place uses of the ten elementwise ops listed in the README count,
+    in every spelling: operator (x + y), torch function (torch.add), Tensor method (x.add(y)) and
+    nn module (nn.ReLU, nn.Sigmoid, nn.Tanh).
+    """
+    modules = dict(gm.named_modules())  # call_module node.target -> module
+    # TODO(human): decide for every node whether it is an elementwise op (mind inplace=True and out=).
+    # TODO(human): link each elementwise node to the first of its inputs (node.all_input_nodes) that is
+    #   elementwise and has no user but this node. The output node counts as a user.
+    # TODO(human): follow the links from every node that nothing links to, in graph order; keep the
+    #   chains of two or more nodes.
+    raise NotImplementedError("TODO(human): find_elementwise_chains")
+
+
+def fuse_elementwise_chains(gm: fx.GraphModule) -> int:
+    """Replace every chain of find_elementwise_chains(gm) by one node that computes it; return how many.
+
+    The fused node must compute exactly what the chain did, and faster: an unfused n-op chain writes n
+    fresh tensors, the fused node should write one (README: "Why this pass exists").
+    """
+    # TODO(human): for each chain, collect the nodes it reads from outside itself: the fused node's args.
+    # TODO(human): build a module (or function) that runs the chain's ops, writing into one buffer where
+    #   the result fits it (same shape, same dtype), and install it with gm.add_submodule(...).
+    # TODO(human): insert the fused node where the chain's LAST node is (gm.graph.inserting_before),
+    #   point the last node's users at it, then erase the chain's nodes, last first.
+    # TODO(human): the graph changed: check it with gm.graph.lint() and regenerate forward().
+    raise NotImplementedError("TODO(human): fuse_elementwise_chains")
