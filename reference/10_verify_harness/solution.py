@@ -1,0 +1,148 @@
+"""Kata 10, reference solution: a harness that tells whether a graph pass is safe to ship."""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+
+import torch
+import torch.fx as fx
+
+# The batch sizes numerics are checked at, besides the example's own: a pass can be right at the size
+# it was tried on and wrong at batch 1 (a squeeze()) or at any other size (a hard-coded reshape).
+EXTRA_BATCH_SIZES = (1, 2, 3)
+GRADIENT_SAMPLES = 3
+TIMING_ROUNDS, TIMING_CHUNK_S, TIMING_WARMUP = 9, 0.03, 3
+
+
+def draw_samples(example_inputs: tuple, n_samples: int) -> list[tuple]:
+    """Fresh inputs shaped like the example, with new values and, sample by sample, new batch sizes."""
+    example_batch = example_inputs[0].shape[0]
+    sizes = list(dict.fromkeys((1, example_batch, *EXTRA_BATCH_SIZES)))
+    samples = []
+    for index in range(n_samples):
+        batch = sizes[index % len(sizes)]
+        # randn, not rand: a pass may be wrong only for negative values.
+        samples.append(tuple(torch.randn(batch, *t.shape[1:], dtype=t.dtype, device=t.device) for t in example_inputs))
+    return samples
+
+
+def as_tuple(output) -> tuple:
+    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
+def outputs_match(original, transformed, samples, atol, rtol) -> bool:
+    with torch.no_grad():
+        for inputs in samples:
+            want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))
+            # assert_close also compares shapes; torch.allclose would broadcast (16,) against (1, 16).
+            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    return True
+
+
+def gradients(module, inputs, cotangents, params: list[str]) -> list[torch.Tensor]:
+    """d(sum(outputs * cotangents)) with respect to every input and to the named parameters."""
+    inputs = tuple(t.detach().clone().requires_grad_(True) for t in inputs)
+    named = dict(module.named_parameters())
+    outputs = as_tuple(module(*inputs))
+    if len(outputs) != len(cotangents) or any(o.shape != c.shape for o, c in zip(outputs, cotangents)):
+        raise ValueError("outputs differ in number or shape")
+    loss = sum((o * c).sum() for o, c in zip(outputs, cotangents))
+    wrt = [*inputs, *(named[name] for name in params)]
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    # None means "does not depend on it": a zero gradient, so a detached weight shows up as a mismatch.
+    return [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+
+
+def untouched_parameters(original, transformed) -> list[str]:
+    """Parameters the pass kept as they were: their gradients must be the same too.
+
+    A parameter the pass changed (a folded weight, a padded one) re-parametrises the model, so its
+    gradient means something else; only the gradients with respect to the inputs are comparable there.
+    """
+    after = dict(transformed.named_parameters())
+    return [name for name, p in original.named_parameters()
+            if name in after and after[name].shape == p.shape and torch.equal(after[name].detach(), p.detach())]
+
+
+def gradients_match(original, transformed, samples, atol, rtol) -> bool:
+    params = untouched_parameters(original, transformed)
+    for inputs in samples:
+        with torch.no_grad():
+            cotangents = [torch.randn_like(o) for o in as_tuple(original(*inputs))]
+        want = gradients(original, inputs, cotangents, params)
+        got = gradients(transformed, inputs, cotangents, params)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    return True
+
+
+def graph_is_valid(gm) -> bool:
+    """A GraphModule whose graph lints and whose forward was regenerated after the last graph edit."""
+    if not isinstance(gm, fx.GraphModule):
+        return False
+    gm.graph.lint()
+    return gm.code == gm.graph.python_code(root_module="self").src
+
+
+def parameter_count(module) -> int:
+    return sum(p.numel() for p in module.parameters())  # parameters() counts a shared tensor once
+
+
+def time_ratio(baseline, candidate, inputs) -> float:
+    """Median over interleaved rounds of time(baseline) / time(candidate), single-threaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for _ in range(TIMING_WARMUP):  # allocator, caches, lazy initialisation
+                baseline(*inputs), candidate(*inputs)
+            start = time.perf_counter()
+            baseline(*inputs)
+            # Enough calls per timed chunk that the clock's resolution and one-off hiccups do not matter.
+            calls = max(1, int(TIMING_CHUNK_S / max(time.perf_counter() - start, 1e-6)))
+
+            def chunk(fn) -> float:
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn(*inputs)
+                return time.perf_counter() - start
+
+            ratios = []
+            for round_index in range(TIMING_ROUNDS):
+                # Alternate who goes first, so both see the same machine state on average.
+                if round_index % 2 == 0:
+                    base, cand = chunk(baseline), chunk(candidate)
+                else:
+                    cand, base = chunk(candidate), chunk(baseline)
+                ratios.append(base / cand)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(ratios)
+
+
+def passes(check, *args) -> bool:
+    """A check that raises (the transformed model crashes, shapes differ) is a check that fails."""
+    try:
+        return bool(check(*args))
+    except Exception:
+        return False
+
+
+def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_samples=10) -> dict:
+    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""
+    # Copies taken before the pass runs: symbolic_trace shares leaf modules with the model it traces,
+    # so a pass that edits a weight in place would change the "original" we compare against.
+    original, baseline = copy.deepcopy(model), fx.symbolic_trace(copy.deepcopy(model))
+    transformed = pass_fn(fx.symbolic_trace(copy.deepcopy(model)))
+    samples = draw_samples(example_inputs, n_samples)
+    report = {
+        "numerical": passes(outputs_match, original, transformed, samples, atol, rtol),
+        "gradient": passes(gradients_match, original, transformed, samples[:GRADIENT_SAMPLES], atol, rtol),
+        "lint": passes(graph_is_valid, transformed),
+        "params": parameter_count(transformed) <= parameter_count(original),
+    }
+    try:
+        report["speedup"] = time_ratio(baseline, transformed, example_inputs)
+    except Exception:
+        report["speedup"] = float("nan")  # the transformed model cannot even run the example
+    return report
