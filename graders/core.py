@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import re
 import sys
 import traceback
 import zlib
@@ -276,9 +277,12 @@ class GradingSession:
             return record(False, str(failure), failure.figures)
         except BaseException as exc:
             if is_timeout(exc):
+                # Report it like any other failure: pytest-timeout's own "Timeout (>2.0s)" names no kata or check.
                 self._timeouts[check.kata] += 1
-                record(False, "timed out: does the pass loop forever on this model?")
-                raise
+                limit = re.search(r">([\d.]+)s", str(exc))
+                within = f" within {limit.group(1)} s" if limit else ""
+                return record(False, f"timed out: the check did not finish{within}; does the pass loop forever "
+                                     f"on this model?")
             if not isinstance(exc, Exception):
                 raise
             return record(False, f"the check could not finish: {describe_exception(exc, self.solution_path(check.kata))}.")

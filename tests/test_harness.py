@@ -1,4 +1,5 @@
 """The shared harness: loading learner files, calling them, counting cost, and the pytest front end."""
+import json
 import os
 import subprocess
 import sys
@@ -72,8 +73,12 @@ def test_kata_tests_fail_the_stub_with_level_ids_and_sentences():
 def test_a_hanging_pass_times_out_twice_then_the_rest_fail_at_once(tmp_path):
     (tmp_path / KATA).mkdir()
     (tmp_path / KATA / "solution.py").write_text("def fuse_conv_bn(gm):\n    while True:\n        pass\n")
+    records = tmp_path / "records.json"
     proc = run_pytest("--solutions", str(tmp_path), "--seed", "0", "--no-speed", "-k", "L1 or L2",
-                      "--check-timeout", "2")
+                      "--check-timeout", "2", "--results-json", str(records))
     assert proc.returncode == 1
-    assert proc.stdout.count("Timeout (>2.0s) from pytest-timeout") == 2, proc.stdout
-    assert "not run: 2 earlier checks of 03_conv_bn timed out" in proc.stdout
+    messages = [r["message"] for r in json.loads(records.read_text())["results"]]
+    timed_out = [m for m in messages if m.startswith("timed out")]
+    assert timed_out == ["timed out: the check did not finish within 2.0 s; does the pass loop forever on this model?"] * 2
+    assert messages[-1] == "not run: 2 earlier checks of 03_conv_bn timed out."
+    assert "03_conv_bn test_L1_pattern[single_pair]: timed out: the check did not finish within 2.0 s" in proc.stdout
