@@ -20,6 +20,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from graders.integrity import Guard
 from graders.katas import load_grader
 
 
@@ -113,6 +114,7 @@ class CheckResult:
     message: str
     figures: dict[str, Any] = field(default_factory=dict)
     skipped: bool = False
+    disqualified: bool = False  # tampering or an implausible result: shown on the leaderboard, never ranked
 
     @property
     def test_id(self) -> str:
@@ -230,6 +232,8 @@ class GradingSession:
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
+        self._guard: Guard | None = None
+        self._tampering: str | None = None
 
     def solution_path(self, kata: str) -> Path:
         return self.solutions / kata / "solution.py"
@@ -237,6 +241,8 @@ class GradingSession:
     def load(self, kata: str) -> ModuleType:
         """Load once per session; a failure is remembered so every later check repeats its reason."""
         if kata not in self._modules:
+            if self._guard is None:
+                self._guard = Guard()  # before the first solution code runs
             try:
                 self._modules[kata] = load_solution(self.solution_path(kata), kata)
             except CheckFailed as failure:
@@ -258,13 +264,20 @@ class GradingSession:
         max_points = kata.max_points(check)
 
         def record(passed: bool, message: str, figures: dict | None = None, skipped: bool = False):
+            tampering = self._guard and self._guard.describe()
+            if tampering:
+                self._tampering = self._tampering or tampering
+                passed, message = False, tampering
+            disqualified = bool(tampering) or bool((figures or {}).get("disqualified"))
             result = CheckResult(check.kata, check.level, check.name, passed, max_points if passed else 0.0,
-                                 max_points, message, figures or {}, skipped)
+                                 max_points, message, figures or {}, skipped, disqualified)
             self.results.append(result)
             return result
 
         if check.level == 3 and not self.speed:
             return record(False, "not run: speed levels are off (--no-speed).", skipped=True)
+        if self._tampering:
+            return record(False, f"not run: {self._tampering}")
         if self._timeouts[check.kata] >= MAX_TIMEOUTS_PER_KATA:
             return record(False, f"not run: {MAX_TIMEOUTS_PER_KATA} earlier checks of {check.kata} timed out.")
 

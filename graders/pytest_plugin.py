@@ -18,10 +18,12 @@ import pytest
 from tabulate import tabulate
 
 from graders.core import LEVELS, GradingSession, level_points, resolve_seed
+from graders.integrity import Guard
 from graders.katas import load_grader
 
 _SEED = pytest.StashKey[int]()
 _SESSIONS = pytest.StashKey[dict]()
+_GUARD = pytest.StashKey[Guard]()
 
 
 def pytest_addoption(parser):
@@ -36,11 +38,35 @@ def pytest_addoption(parser):
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
+    group.addoption("--levels", default=None, metavar="1,2,4", help="run only these levels (score.py --jobs uses it)")
+    group.addoption("--seed-file", default=None, metavar="FILE",
+                    help="read the grading seed from FILE and delete it, so solution code never sees it "
+                         "(score.py --submissions uses it)")
 
 
 def pytest_configure(config):
-    config.stash[_SEED] = resolve_seed(config.getoption("seed"))  # one seed for the whole run
+    seed = config.getoption("seed")
+    seed_file = config.getoption("seed_file")
+    if seed_file:
+        seed = int(Path(seed_file).read_text())
+        Path(seed_file).unlink()
+    config.stash[_SEED] = resolve_seed(seed)  # one seed for the whole run
     config.stash[_SESSIONS] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    levels = config.getoption("levels")
+    if levels:
+        wanted = {int(level) for level in levels.split(",")}
+        keep = [item for item in items if getattr(getattr(item, "function", None), "level", None) in wanted]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+def pytest_collection_finish(session):
+    # Solution files load lazily inside the tests, so this snapshot predates all learner code. The
+    # hooks below were registered before that code too: patching this module cannot unhook them.
+    session.config.stash[_GUARD] = Guard()
 
 
 def pytest_report_header(config):
@@ -123,12 +149,24 @@ def pytest_terminal_summary(terminalreporter, config):
                       f"{f['speedup_high']:.2f}x); aten ops {f['aten_ops_before']} -> {f['aten_ops_after']}, "
                       f"bytes written {f['bytes_written_before']:,} -> {f['bytes_written_after']:,}")
     write(f"grading seed {seed}: rerun with --seed {seed} to reproduce the hidden models.")
+    tampering = _tampering(config)
+    if tampering:
+        terminalreporter.section("fx-katas: DISQUALIFIED", red=True)
+        write(tampering)
+
+
+def _tampering(config) -> str | None:
+    guard = config.stash.get(_GUARD, None)
+    return guard.describe() if guard else None
 
 
 def pytest_sessionfinish(session):
+    results = [r.to_dict() for r in _all_results(session.config)]
+    tampering = _tampering(session.config)
+    if tampering:  # whatever the checks said, a run that changed the grader proves nothing
+        for r in results:
+            r.update(passed=False, points=0.0, disqualified=True, message=tampering)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     path = session.config.getoption("results_json")
     if path:
-        Path(path).write_text(json.dumps({
-            "seed": session.config.stash[_SEED],
-            "results": [r.to_dict() for r in _all_results(session.config)],
-        }, indent=1))
+        Path(path).write_text(json.dumps({"seed": session.config.stash[_SEED], "results": results}, indent=1))
