@@ -1,22 +1,25 @@
 """Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count."""
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
-
-# torch.utils.benchmark imports cpp_extension, which warns about CUDA_HOME on machines without CUDA:
-# noise in every learner's output, and irrelevant to Python-level timing.
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-from torch.utils import benchmark  # noqa: E402
+from torch.utils import benchmark  # quiet: see graders/__init__.py
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graders.core import CheckFailed
 from graders.numerics import assert_same_outputs
+
+
+# A speedup this far above what the kata asks for, and above what the bytes saved allow, comes from
+# skipping work (cached outputs, a slowed-down baseline), not from a rewrite. The references reach at
+# most 1.7x the threshold (kata READMEs), so an honest pass has a wide margin below the ceiling.
+IMPLAUSIBLE_OVER_THRESHOLD = 4.0
+IMPLAUSIBLE_OVER_IDEAL = 2.0
+IMPLAUSIBLE_ALWAYS = 10.0  # whatever the bytes say: a candidate that writes nothing has an infinite "ideal"
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,22 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
         "device": ctx.device.type, "threads": ctx.threads,
         **cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs)),
     }
-    assert_same_outputs(baseline, candidate, [make_inputs(), make_inputs()], what=what)
+    # A candidate that remembers outputs by tensor identity or address looks fast in the timing loop,
+    # which reuses one input; new values in the same storage and fresh tensors both expose it.
+    with torch.no_grad():
+        for timed, fresh in zip(tree_leaves(inputs), tree_leaves(make_inputs())):
+            if isinstance(timed, torch.Tensor) and timed.is_floating_point():
+                timed.copy_(fresh)
+    assert_same_outputs(baseline, candidate, [inputs, make_inputs(), make_inputs()], what=what)
+    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_IDEAL * figures["ideal_speedup_from_bytes"]),
+                  IMPLAUSIBLE_ALWAYS * threshold)
+    if speed.median > ceiling:
+        raise CheckFailed(
+            f"{what} is {speed} against the traced original: implausible for this kata (more than {ceiling:.1f}x, "
+            f"set by the required speedup and the ideal from bytes written). The result is flagged for the "
+            f"organiser, not ranked; if your pass is honest, run it again and report it.",
+            {**figures, "disqualified": True},
+        )
     if speed.median < threshold:
         raise CheckFailed(
             f"{what} is {speed} against the traced original; this level needs at least {threshold:.2f}x "
