@@ -4,20 +4,31 @@
     uv run graders/score.py --solutions reference --kata 03_conv_bn
     uv run graders/score.py --solutions ../team_a --team team_a   # store the run for the leaderboard
 
+    uv run graders/score.py --submissions teams/ --jobs 2           # organiser: grade every team
+
 Each kata is graded in its own pytest subprocess (the kata's test file, with --solutions pointing at
-the tree), so a crash or a hang in one kata costs that kata only.
+the tree), so a crash or a hang in one kata costs that kata only. Every solution file is also read by
+a static scan (graders/scan.py) that flags attempts to change the grader rather than the graph.
+
+Organiser mode (--submissions DIR) grades every team folder in DIR with one secret seed: only the
+teams' NN_name/solution.py files are copied into a staging tree, so nothing else a team ships can
+reach the grading; each team's run is stored and LEADERBOARD.md regenerated. --jobs N grades the
+correctness levels of N katas at once; the speed level always runs alone so timings stay fair.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import hashlib
 import json
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +37,8 @@ from tabulate import tabulate
 
 from graders.core import LEVELS, CheckResult, level_points, resolve_seed
 from graders.katas import KATAS, REPO_ROOT, is_available
-from graders.leaderboard import SCHEMA, locked, regenerate, store_run
+from graders.leaderboard import SCHEMA, geomean_speedup, locked, regenerate, store_run
+from graders.scan import scan_tree
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -36,6 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA",
                         help="grade only this kata (repeatable), e.g. --kata 03_conv_bn")
     parser.add_argument("--team", help="store this run as the team's and regenerate the leaderboard")
+    parser.add_argument("--submissions", type=Path, metavar="DIR",
+                        help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="grade the correctness levels of N katas at once (speed levels always run alone)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the run's raw results to FILE")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed levels (L3)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -48,8 +64,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results", help=argparse.SUPPRESS)
     parser.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if not args.solutions.is_dir():
+    if args.submissions is not None:
+        if args.team or "--solutions" in (argv if argv is not None else sys.argv):
+            parser.error("--submissions grades every team folder: it takes neither --solutions nor --team")
+        if not args.submissions.is_dir():
+            parser.error(f"--submissions {args.submissions}: no such folder")
+    elif not args.solutions.is_dir():
         parser.error(f"--solutions {args.solutions}: no such folder")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device on this machine")
     return args
@@ -74,21 +97,26 @@ def device_name(device: str) -> str:
 def summarise(kata: str, results: list[CheckResult]) -> dict:
     points = level_points(results)
     failures = [r for r in results if not r.passed and not r.skipped]
-    speed = next((r.figures["speedup"] for r in results if r.level == 3 and "speedup" in r.figures), None)
-    if not failures:
+    speed = next((r.figures for r in results if r.level == 3 and "speedup" in r.figures), {})
+    disqualified = next((r for r in results if r.disqualified), None)
+    if disqualified:
+        message = f"DISQUALIFIED: {disqualified.test_id}: {disqualified.message.splitlines()[0]}"
+    elif not failures:
         message = "full marks" if not any(r.skipped for r in results) else "all checks that ran passed"
     elif all("still the stub" in r.message for r in failures):
         message = "not started: solution.py is still the stub"
     else:
         message = f"{failures[0].test_id}: {failures[0].message.splitlines()[0]}"
     return {"status": "graded", "points": sum(e for e, _ in points.values()), "max_points": 100.0,
-            "levels": {str(level): list(p) for level, p in points.items()}, "speedup": speed,
-            "message": message, "checks": [r.to_dict() for r in results]}
+            "levels": {str(level): list(p) for level, p in points.items()}, "speedup": speed.get("speedup"),
+            "speedup_threshold": speed.get("threshold"), "message": message,
+            "disqualified": disqualified.message.splitlines()[0] if disqualified else None,
+            "checks": [r.to_dict() for r in results]}
 
 
 def failed_grading(status: str, message: str) -> dict:
     return {"status": status, "points": 0.0, "max_points": 100.0, "levels": {}, "speedup": None,
-            "message": message, "checks": []}
+            "message": message, "disqualified": None, "checks": []}
 
 
 def memory_cap(gigabytes: float):
@@ -97,13 +125,20 @@ def memory_cap(gigabytes: float):
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def grade_kata(kata: str, args: argparse.Namespace, seed: int) -> dict:
+def run_kata(kata: str, tree: Path, args: argparse.Namespace, seed: int, levels: str | None = None) -> list[CheckResult] | dict:
+    """One pytest subprocess; its check records, or a failed_grading dict when it hung or crashed.
+
+    The seed travels in a file the plugin deletes before any solution code runs, never in argv or the
+    environment, so a solution cannot read the hidden models' seed."""
     test_file = REPO_ROOT / "katas" / kata / f"test_{kata}.py"
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "results.json"
+        out, seed_file = Path(tmp) / "results.json", Path(tmp) / "seed"
+        seed_file.write_text(str(seed))
         command = [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider",
-                   "--solutions", str(args.solutions.resolve()), "--seed", str(seed), "--device", args.device,
-                   "--threads", str(args.threads), "--results-json", str(out)] + (["--no-speed"] if args.no_speed else [])
+                   "--solutions", str(tree.resolve()), "--seed-file", str(seed_file), "--device", args.device,
+                   "--threads", str(args.threads), "--results-json", str(out)]
+        command += ["--no-speed"] if args.no_speed else []
+        command += ["--levels", levels] if levels else []
         try:
             proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout,
                                   preexec_fn=memory_cap(args.kata_memory))
@@ -114,7 +149,70 @@ def grade_kata(kata: str, args: argparse.Namespace, seed: int) -> dict:
         if not results:
             tail = (proc.stdout + proc.stderr).strip().splitlines()
             return failed_grading("crashed", f"grading stopped before any check ran: {tail[-1] if tail else 'no output'}")
-    return summarise(kata, results)
+    return results
+
+
+CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
+
+
+def grade_trees(trees: dict[str, Path], katas: list[str], args: argparse.Namespace, seed: int) -> dict[str, dict[str, dict]]:
+    """Grade every kata of every tree; returns results[team][kata].
+
+    With --jobs 1 each kata is one subprocess. With more, the correctness levels of several katas run
+    at once, then every speed level runs alone, so no timing shares the machine with other grading."""
+    jobs = [(team, kata) for team in trees for kata in katas]
+    phases = [(None, 1)] if args.jobs == 1 else [(CORRECTNESS_LEVELS, args.jobs)]
+    if args.jobs > 1 and not args.no_speed:
+        phases.append((SPEED_LEVELS, 1))
+    parts: dict[tuple[str, str], list] = {job: [] for job in jobs}
+    print_lock, done, total = threading.Lock(), [0], len(jobs) * len(phases)
+
+    def grade(job, levels):
+        team, kata = job
+        started = time.monotonic()
+        outcome = run_kata(kata, trees[team], args, seed, levels)
+        with print_lock:
+            done[0] += 1
+            points = "failed: " + outcome["status"] if isinstance(outcome, dict) else \
+                f"{sum(r.points for r in outcome):.1f} points"
+            what = {None: "", CORRECTNESS_LEVELS: " (levels 1, 2, 4)", SPEED_LEVELS: " (speed level)"}[levels]
+            who = f"{team} " if len(trees) > 1 or team else ""
+            print(f"[{done[0]}/{total}] {who}{kata}{what}: {points} in {time.monotonic() - started:.0f}s",
+                  file=sys.stderr, flush=True)
+        parts[job].append(outcome)
+
+    for levels, workers in phases:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(grade, job, levels) for job in jobs]:
+                future.result()
+
+    graded: dict[str, dict[str, dict]] = {team: {} for team in trees}
+    for (team, kata), outcomes in parts.items():
+        failed = next((o for o in outcomes if isinstance(o, dict)), None)
+        graded[team][kata] = failed or summarise(kata, [r for o in outcomes for r in o])
+    return graded
+
+
+def apply_scan(katas: dict[str, dict], findings: dict[str, list[str]]) -> None:
+    """Static-scan findings disqualify the kata; its points are still shown."""
+    for kata, found in findings.items():
+        if found and kata in katas:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            katas[kata]["scan"] = found
+            if not katas[kata].get("disqualified"):  # a runtime finding, if any, says more
+                katas[kata].update(disqualified=f"static scan: {found[0]}{more}",
+                                   message=f"DISQUALIFIED by the static scan: {found[0]}{more}")
+
+
+def make_run(team: str, tree: Path, katas: dict[str, dict], seed: int, args: argparse.Namespace) -> dict:
+    graded = [r for r in katas.values() if r["status"] != "not available"]
+    return {"schema": SCHEMA, "team": team, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "seed": seed, "device": args.device, "device_name": device_name(args.device), "threads": args.threads,
+            "speed": not args.no_speed, "torch": torch.__version__, "python": platform.python_version(),
+            "solutions": str(tree.resolve()), "solutions_hash": solutions_hash(tree),
+            "total_points": sum(r["points"] for r in graded), "possible_points": 100.0 * len(graded),
+            "disqualified": [f"{kata}: {r['disqualified']}" for kata, r in katas.items() if r.get("disqualified")],
+            "katas": katas}
 
 
 def level_cell(kata_result: dict, level: int) -> str:
@@ -151,39 +249,72 @@ def next_step(katas: dict[str, dict], args: argparse.Namespace) -> str | None:
     return f"Next: kata {todo} ({KATAS[todo]}): {where}, then run `uv run pytest katas/{todo}` to see every check."
 
 
+def stage_submissions(submissions: Path, katas: list[str], staging: Path) -> dict[str, Path]:
+    """Copy each team's solution.py files, and nothing else, into staging/<team>/."""
+    trees = {}
+    for team_dir in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        tree = staging / team_dir.name
+        tree.mkdir()
+        for kata in katas:
+            source = team_dir / kata / "solution.py"
+            if source.is_file() and not source.is_symlink():
+                (tree / kata).mkdir()
+                shutil.copyfile(source, tree / kata / "solution.py")
+        trees[team_dir.name] = tree
+    return trees
+
+
+def print_teams(runs: list[dict]) -> None:
+    rows = []
+    for run in sorted(runs, key=lambda r: (bool(r["disqualified"]), -r["total_points"], r["team"])):
+        geo = geomean_speedup(run)
+        status = "DISQUALIFIED: " + run["disqualified"][0] if run["disqualified"] else ""
+        rows.append([run["team"], f"{run['total_points']:.1f}/{run['possible_points']:.0f}",
+                     *[f"{run['katas'][k]['points']:.0f}" if k in run["katas"] else "-" for k in KATAS],
+                     f"{geo:.2f}x" if geo else "-", status[:100]])
+    print(tabulate(rows, headers=["team", "points", *[k.split("_")[0] for k in KATAS], "geomean", "status"]))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     seed = resolve_seed(args.seed)
     selected = args.kata or list(KATAS)
-    print(f"Grading {args.solutions} on {args.device} with seed {seed} (reproduce with --seed {seed}).", flush=True)
-    katas: dict[str, dict] = {}
-    for index, kata in enumerate(selected, 1):
-        if not is_available(kata):
-            katas[kata] = failed_grading("not available", "not yet available")
-            continue
-        started = time.monotonic()
-        print(f"[{index}/{len(selected)}] {kata} ...", end=" ", file=sys.stderr, flush=True)
-        katas[kata] = grade_kata(kata, args, seed)
-        print(f"{katas[kata]['points']:.1f} points in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    available = [k for k in selected if is_available(k)]
+    organiser = args.submissions is not None
+    with tempfile.TemporaryDirectory() as staging:
+        if organiser:
+            trees = stage_submissions(args.submissions, available, Path(staging))
+            print(f"Grading {len(trees)} teams from {args.submissions} on {args.device}, one secret seed for all.",
+                  flush=True)
+        else:
+            trees = {args.team or "": args.solutions}
+            print(f"Grading {args.solutions} on {args.device} with seed {seed} (reproduce with --seed {seed}).", flush=True)
+        graded = grade_trees(trees, available, args, seed)
+        runs = []
+        for team, tree in trees.items():
+            katas = {k: graded[team][k] if k in available else failed_grading("not available", "not yet available")
+                     for k in selected}
+            apply_scan(katas, scan_tree(tree, available))
+            runs.append(make_run(team, tree, katas, seed, args))
+            if organiser:
+                runs[-1]["solutions"] = str((args.submissions / team).resolve())
 
-    graded = [r for r in katas.values() if r["status"] != "not available"]
-    total, possible = sum(r["points"] for r in graded), 100.0 * len(graded)
-    print_table(katas, total, possible)
-
-    run = {"schema": SCHEMA, "team": args.team or "", "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "seed": seed, "device": args.device, "device_name": device_name(args.device), "threads": args.threads,
-           "speed": not args.no_speed, "torch": torch.__version__, "python": platform.python_version(),
-           "solutions": str(args.solutions.resolve()), "solutions_hash": solutions_hash(args.solutions),
-           "total_points": total, "possible_points": possible, "katas": katas}
+    if organiser:
+        print_teams(runs)
+        print(f"The seed was {seed}: publish it after the competition so teams can reproduce their hidden models.")
+    else:
+        run = runs[0]
+        print_table(run["katas"], run["total_points"], run["possible_points"])
     if args.json:
-        args.json.write_text(json.dumps(run, indent=1))
+        args.json.write_text(json.dumps(runs if organiser else runs[0], indent=1))
     with locked(args.results_dir):
-        if args.team:
-            print(f"Stored the run as {store_run(args.results_dir, run)}.")
+        for run in runs:
+            if run["team"]:
+                print(f"Stored {run['team']}'s run as {store_run(args.results_dir, run)}.")
         for problem in regenerate(args.results_dir, args.leaderboard):
             print(f"warning: {problem}", file=sys.stderr)
     print(f"Wrote {args.leaderboard}.")
-    hint = next_step(katas, args)
+    hint = None if organiser else next_step(runs[0]["katas"], args)
     if hint:
         print(hint)
     return 0

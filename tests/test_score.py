@@ -66,10 +66,16 @@ def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
     assert "did not finish within 20s" in proc.stdout
 
 
-def fake_run(team: str, points: float, speedup: float, timestamp="2026-11-22T10:00:00+00:00") -> dict:
+def fake_run(team: str, points: float, speedup: float, timestamp="2026-11-22T10:00:00+00:00", **fields) -> dict:
     return {"schema": SCHEMA, "team": team, "timestamp": timestamp, "seed": 1, "device": "cpu",
             "device_name": "test cpu", "torch": "2.x", "solutions_hash": "ab" * 32, "total_points": points,
-            "katas": {KATA: {"status": "graded", "points": points, "speedup": speedup}}}
+            "katas": {KATA: {"status": "graded", "points": points, "speedup": speedup, "speedup_threshold": 1.3}},
+            **fields}
+
+
+def board_rows(board: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.split("|")[1:-1]] for line in board.splitlines()
+            if line.startswith("|") and "rank" not in line and "---" not in line]
 
 
 def test_leaderboard_ranks_by_points_then_speedup_and_keeps_latest_run(tmp_path):
@@ -77,9 +83,34 @@ def test_leaderboard_ranks_by_points_then_speedup_and_keeps_latest_run(tmp_path)
                 fake_run("fast", 10, 1.0, timestamp="2026-11-21T10:00:00+00:00")]:
         store_run(tmp_path, run)
     board = render(load_runs(tmp_path)[0])
-    order = [line.split("|")[2].strip() for line in board.splitlines() if line.startswith("|") and "rank" not in line
-             and "---" not in line]
-    assert order == ["best", "fast", "slow"]
+    assert [row[1] for row in board_rows(board)] == ["best", "fast", "slow"]
+
+
+def test_disqualified_team_is_listed_with_its_reason_but_not_ranked(tmp_path):
+    store_run(tmp_path, fake_run("cheater", 100, 1.6, disqualified=["03_conv_bn: tampering: time.perf_counter was replaced"]))
+    store_run(tmp_path, fake_run("honest", 60, 1.4))
+    rows = board_rows(render(load_runs(tmp_path)[0]))
+    assert [row[:3] for row in rows] == [["1", "honest", "60.0"], ["DQ", "cheater", "100.0"]]
+    assert rows[1][-1] == "disqualified: 03_conv_bn: tampering: time.perf_counter was replaced"
+
+
+def test_one_outlier_speedup_is_capped_in_the_tie_break(tmp_path):
+    steady = fake_run("steady", 100, 2.0)
+    steady["katas"]["01_linear_relu"] = {"status": "graded", "points": 0, "speedup": 2.0, "speedup_threshold": 1.1}
+    outlier = fake_run("outlier", 100, 50.0)   # capped at 2 x 1.3 = 2.6
+    outlier["katas"]["01_linear_relu"] = {"status": "graded", "points": 0, "speedup": 1.2, "speedup_threshold": 1.1}
+    store_run(tmp_path, steady)
+    store_run(tmp_path, outlier)
+    rows = board_rows(render(load_runs(tmp_path)[0]))
+    assert [(row[1], row[-5]) for row in rows] == [("steady", "2.00x"), ("outlier", "1.77x")]
+
+
+def test_results_file_with_a_malformed_disqualified_field_is_rejected_by_name(tmp_path):
+    (tmp_path / "team").mkdir()
+    (tmp_path / "team" / "run.json").write_text(json.dumps(fake_run("team", 10, 1.0, disqualified="yes")))
+    runs, problems = load_runs(tmp_path)
+    assert runs == [] and problems == [f"{tmp_path / 'team' / 'run.json'}: field 'disqualified' must be a list of "
+                                       f"reasons. It was left out of the leaderboard."]
 
 
 def test_corrupt_results_file_is_named_and_the_rest_still_ranks(tmp_path):
