@@ -1,0 +1,4 @@
+# Raises the thread count for everything that reads the environment after the solution loads.
+import os
+
+os.environ["OMP_NUM_THREADS"] = "64"

@@ -1,0 +1,145 @@
+"""Cheats (tests/cheats/) are rejected: by the checks, the static scan, the runtime guard, the
+implausible-speedup ceiling, or the organiser's staging of submissions.
+
+Every cheat is graded in its own pytest subprocess: the tampering ones patch the process they run in.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from graders.katas import REPO_ROOT
+from graders.scan import scan_source
+
+KATA = "03_conv_bn"
+CHEATS = Path(__file__).parent / "cheats"
+
+
+@dataclass(frozen=True)
+class Cheat:
+    name: str
+    levels: str            # the levels graded (fewer levels, faster tests)
+    caught_at: int | None  # the level whose checks reject it (None: tampering, every record is disqualified)
+    says: str              # what the learner-facing sentence of the failing check contains
+    scanned: bool          # whether the static scan flags it too
+
+
+CASES = [
+    Cheat("noop", "1,3", 1, "BatchNorm2d", scanned=False),
+    Cheat("returns_zeros", "2", 2, "does not compute what the original does", scanned=False),
+    Cheat("mutates_shared_modules", "2", 2, "does not compute what the original does", scanned=False),
+    Cheat("special_cases_visible_models", "1,2,4", 4, "BatchNorm2d", scanned=False),
+    Cheat("memoises_by_address", "3", 3, "does not compute what the original does", scanned=False),
+    Cheat("memoises_by_identity", "3", 3, "implausible", scanned=False),
+    Cheat("slows_the_baseline", "1", None, "torch.nn.BatchNorm2d.forward was added", scanned=True),
+    Cheat("patches_the_timer", "1", None, "torch.utils.benchmark.Timer.blocked_autorange was replaced", scanned=True),
+    Cheat("patches_the_grader", "1", None, "graders.core.GradingSession.run was replaced", scanned=True),
+    Cheat("replaces_a_module", "1", None, "sys.modules['time'] was replaced", scanned=True),
+    Cheat("sets_the_environment", "1", None, "environment variable OMP_NUM_THREADS was changed", scanned=True),
+]
+
+
+def cheat_source(name: str) -> str:
+    """The reference solution, its honest pass kept as _honest_fuse, then the cheat."""
+    reference = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
+    return f"{reference}\n\n_honest_fuse = fuse_conv_bn\n\n{(CHEATS / f'{name}.py').read_text()}"
+
+
+def grade_cheat(tmp_path: Path, cheat: Cheat) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    (tmp_path / KATA).mkdir()
+    (tmp_path / KATA / "solution.py").write_text(cheat_source(cheat.name))
+    records = tmp_path / "records.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", f"katas/{KATA}", "-p", "no:cacheprovider", "--solutions", str(tmp_path),
+         "--seed", "0", "--levels", cheat.levels, "--results-json", str(records)],
+        cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert records.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(records.read_text())["results"]
+
+
+def test_every_cheat_file_has_a_case():
+    assert sorted(p.stem for p in CHEATS.glob("*.py")) == sorted(c.name for c in CASES)
+
+
+@pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
+def test_cheat_is_rejected(tmp_path, cheat):
+    proc, results = grade_cheat(tmp_path, cheat)
+    assert proc.returncode == 1, proc.stdout
+    if cheat.caught_at is None:
+        assert results and all(r["disqualified"] and not r["passed"] and r["points"] == 0 for r in results), results
+        assert all(r["message"].startswith("tampering:") and cheat.says in r["message"] for r in results), results
+        assert "DISQUALIFIED" in proc.stdout
+        return
+    failed = [r for r in results if not r["passed"]]
+    assert failed and min(r["level"] for r in failed) == cheat.caught_at, failed
+    assert any(cheat.says in r["message"] for r in failed if r["level"] == cheat.caught_at), failed
+    assert not any(r["message"].startswith("tampering") for r in results)
+
+
+@pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
+def test_static_scan_flags_exactly_the_tampering_cheats(cheat):
+    findings = scan_source((CHEATS / f"{cheat.name}.py").read_text(), f"{cheat.name}.py", KATA)
+    assert bool(findings) == cheat.scanned, findings
+
+
+def test_static_scan_passes_every_reference_and_stub():
+    for tree in ("reference", "katas"):
+        for path in sorted((REPO_ROOT / tree).glob("*/solution.py")):
+            assert scan_source(path.read_text(), str(path), path.parent.name) == [], path
+
+
+def test_static_scan_sees_through_aliases_and_names_the_line():
+    source = "import torch\nm = torch.nn\nrelu = m.ReLU\n\ndef f(gm):\n    relu.forward = None\n    return gm\n"
+    assert scan_source(source) == ["solution.py line 6: assigns to relu.forward, part of an imported module: that "
+                                   "monkeypatches it for the grader too."]
+    assert scan_source("import time\n", kata="10_verify_harness") == []
+    assert scan_source("import time\n", kata=KATA) == ["solution.py line 1: imports time: a graph pass has no use "
+                                                       "for timers."]
+
+
+def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
+    submissions = tmp_path / "submissions"
+    honest = submissions / "honest" / KATA
+    honest.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "reference" / KATA / "solution.py", honest / "solution.py")
+    # A team whose solution is the stub, but that ships a conftest forcing every test to pass, its own
+    # graders package, and a symlink to the organiser's reference under another kata.
+    sneaky = submissions / "sneaky"
+    shutil.copytree(REPO_ROOT / "katas" / KATA, sneaky / KATA)
+    (sneaky / "conftest.py").write_text(
+        "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+    (sneaky / "graders").mkdir()
+    (sneaky / "graders" / "core.py").write_text("raise SystemExit('the team graders package was used')\n")
+    (sneaky / "01_linear_relu").mkdir()
+    (sneaky / "01_linear_relu" / "solution.py").symlink_to(REPO_ROOT / "reference" / "01_linear_relu" / "solution.py")
+    flagged = submissions / "flagged" / KATA
+    flagged.mkdir(parents=True)
+    (flagged / "solution.py").write_text(cheat_source("sets_the_environment"))
+
+    out = tmp_path / "runs.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "graders" / "score.py"), "--submissions", str(submissions),
+         "--kata", KATA, "--kata", "01_linear_relu", "--no-speed", "--jobs", "2", "--json", str(out),
+         "--results-dir", str(tmp_path / "results"), "--leaderboard", str(tmp_path / "LEADERBOARD.md")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    runs = {run["team"]: run for run in json.loads(out.read_text())}
+    assert runs["honest"]["katas"][KATA]["points"] == 80 and not runs["honest"]["disqualified"]
+    assert runs["sneaky"]["total_points"] == 0
+    assert "does not exist" in runs["sneaky"]["katas"]["01_linear_relu"]["message"]
+    assert "OMP_NUM_THREADS was changed" in " ".join(runs["flagged"]["disqualified"])
+    assert "imports os" in runs["flagged"]["katas"][KATA]["scan"][0]
+    seeds = {run["seed"] for run in runs.values()}
+    assert len(seeds) == 1 and f"The seed was {seeds.pop()}" in proc.stdout
+    assert "honest 03_conv_bn (levels 1, 2, 4)" in proc.stderr  # progress, team by team
+    board = (tmp_path / "LEADERBOARD.md").read_text()
+    rows = {line.split("|")[2].strip(): line.split("|")[1].strip() for line in board.splitlines()
+            if line.startswith("| ") and "team" not in line}
+    assert rows == {"honest": "1", "sneaky": "2", "flagged": "DQ"}, board
+    assert "disqualified: 03_conv_bn: tampering" in board
