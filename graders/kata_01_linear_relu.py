@@ -28,8 +28,12 @@ KATA = Kata("01_linear_relu", api={
 # dispatch, allocation) is most of its time, so removing one module call and one allocation per
 # layer pays; where the GEMM dominates (wide layers, big batches) fusing buys nothing on a CPU
 # (README, "Where fusing pays"). Reference medians 1.25x-1.64x here (2-core CPU under load, one
-# thread), a no-op 0.97x-1.07x. The CUDA threshold is a guess: not measured on a GPU yet.
+# thread), a no-op 0.89x-1.10x and once more in CI: too close to time apart, so the level also counts
+# bytes written, exactly. The reference writes half of what the original does (one tensor per layer
+# instead of two); a no-op, or a fused forward whose ReLU is out of place, writes all of it.
+# The CUDA threshold is a guess: not measured on a GPU yet.
 SPEEDUP_THRESHOLDS = {"cpu": 1.10, "cuda": 1.10}
+MAX_BYTES_FRACTION = 0.75
 BENCHMARK_LAYERS, BENCHMARK_HIDDEN, BENCHMARK_BATCH = 8, 64, 1
 
 
@@ -396,7 +400,7 @@ def small_mlp_speedup(ctx: Context):
     baseline = fx.symbolic_trace(copy.deepcopy(model))
     _, candidate = run_fuse(ctx, model)
     return assert_speedup(ctx, baseline, candidate, lambda: (torch.randn(BENCHMARK_BATCH, h, device=ctx.device),),
-                          SPEEDUP_THRESHOLDS, what="the fused MLP",
+                          SPEEDUP_THRESHOLDS, what="the fused MLP", max_bytes_fraction=MAX_BYTES_FRACTION,
                           hint="every Linear in this MLP is followed by a ReLU: fuse all eight, and make the "
                                "fused forward one F.linear and one in-place relu_, nothing more.")
 

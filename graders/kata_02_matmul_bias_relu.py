@@ -27,11 +27,15 @@ KATA = Kata("02_matmul_bias_relu", api={
 # The L3 benchmark: a wide projection head, 16 features in, 4096 out, on 8 x 384 tokens. The product
 # (48 MB) dwarfs the multiply (16 multiply-adds per output element), so the time goes to the bias add and
 # the ReLU allocating and writing two more 48 MB tensors; the fused form writes into the product's buffer
-# (README, "Where the fused form pays"). Medians on CPU single-threaded: reference 2.29x-2.47x, half
-# in place (add_ then relu()) 1.41x-1.57x, a no-op 0.96x-1.13x. CUDA is unmeasured (no GPU here): its caching allocator makes
-# allocations nearly free and in-place moves the same bytes, so expect about 1.0x there; the CUDA
-# figure only guards against a slowdown.
-SPEEDUP_THRESHOLDS = {"cpu": 1.85, "cuda": 0.95}
+# (README, "Where the fused form pays"). What fresh pages cost swings in a VM: reference medians on CPU
+# single-threaded are 2.2x-2.5x, but one run read 1.31x, and a half in-place form (add_ then relu())
+# usually 1.4x-1.6x once read over 1.85x in CI. So the level counts bytes written, exactly: the reference
+# writes a third of what the original does, a half in-place form two thirds, a no-op all of it. The time
+# threshold only has to prove a real gain, and sits under the reference's worst reading; a no-op reads
+# 0.96x-1.13x. CUDA is unmeasured (no GPU here): its caching allocator makes allocations nearly free and
+# in place moves the same bytes, so expect about 1.0x there; the CUDA figure only guards against a slowdown.
+SPEEDUP_THRESHOLDS = {"cpu": 1.20, "cuda": 0.95}
+MAX_BYTES_FRACTION = 0.5
 BENCHMARK_SHAPE = (8, 384, 16, 4096)  # batch, tokens, features in, features out
 
 # ----------------------------------------------------------------------------------------------
@@ -360,7 +364,7 @@ def wide_head_speedup(ctx: Context):
     _, candidate, _ = run_pass(ctx, model)
     return assert_speedup(ctx, baseline, candidate,
                           lambda: (torch.randn(batch, tokens, fan_in, device=ctx.device),),
-                          SPEEDUP_THRESHOLDS, what="the fused wide head",
+                          SPEEDUP_THRESHOLDS, what="the fused wide head", max_bytes_fraction=MAX_BYTES_FRACTION,
                           hint="the product is a fresh tensor nobody else reads: do the bias add and the ReLU "
                                "in its buffer (add_, relu_) instead of allocating two more tensors.")
 

@@ -98,22 +98,41 @@ def cost_figures(before: Cost, after: Cost) -> dict:
     }
 
 
+def _megabytes(n: float) -> str:
+    return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n:.0f} bytes"
+
+
 def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Callable[[], tuple],
-                   thresholds: dict[str, float], *, what: str, hint: str) -> dict:
+                   thresholds: dict[str, float], *, what: str, hint: str,
+                   max_bytes_fraction: float | None = None) -> dict:
     """The L3 verdict: the candidate must beat the traced original by the kata's threshold on this device.
 
-    Outputs are compared again on fresh inputs after timing, so a candidate that returns cached
-    results cannot pass.
+    `max_bytes_fraction`, for katas whose gain is fresh tensors not written, also caps the bytes the
+    candidate writes per call at that fraction of the original's. The count is exact, so the lesson is
+    graded even when allocation costs swing (page faults in a VM), and the time threshold can sit low
+    enough that the reference never fails it. Outputs are compared again on fresh inputs after timing,
+    so a candidate that returns cached results cannot pass.
     """
     threshold = thresholds[ctx.device.type]
     inputs = make_inputs()
+    costs = cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs))
+    if max_bytes_fraction is not None:
+        before, after = costs["bytes_written_before"], costs["bytes_written_after"]
+        if after > max_bytes_fraction * before:
+            raise CheckFailed(
+                f"{what} writes {_megabytes(after)} of fresh tensors per call, the traced original "
+                f"{_megabytes(before)}; this level allows at most {max_bytes_fraction:.0%} of the original's "
+                f"({_megabytes(max_bytes_fraction * before)}), counted exactly, not timed. Hint: {hint}",
+                {**costs, "max_bytes_fraction": max_bytes_fraction, "device": ctx.device.type},
+            )
     speed = measure_speedup(baseline, candidate, inputs, threads=ctx.threads)
     figures = {
         "speedup": round(speed.median, 3), "speedup_low": round(speed.low, 3), "speedup_high": round(speed.high, 3),
         "threshold": threshold, "baseline_ms": round(speed.baseline_ms, 3), "candidate_ms": round(speed.candidate_ms, 3),
-        "device": ctx.device.type, "threads": ctx.threads,
-        **cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs)),
+        "device": ctx.device.type, "threads": ctx.threads, **costs,
     }
+    if max_bytes_fraction is not None:
+        figures["max_bytes_fraction"] = max_bytes_fraction
     # A candidate that remembers outputs by tensor identity or address looks fast in the timing loop,
     # which reuses one input; new values in the same storage and fresh tensors both expose it.
     with torch.no_grad():

@@ -69,7 +69,9 @@ def test_mutant_is_caught_at_its_level(mutant, tmp_path):
     assert_caught_at_its_level(tmp_path, KATA, mutant)
 
 
-def test_no_op_fails_the_speed_level(tmp_path):
-    results = grade(KATA, write_mutant_tree(tmp_path, KATA, NO_OP), seed=0, levels=(3,))
-    assert [r.passed for r in results] == [False]
-    assert 0.8 < results[0].figures["speedup"] < results[0].figures["threshold"]
+def test_no_op_fails_the_speed_level_on_bytes_written(tmp_path):
+    # Timing alone cannot tell a no-op from this kata's gain on a noisy VM; the exact byte count can.
+    [result] = grade(KATA, write_mutant_tree(tmp_path, KATA, NO_OP), seed=0, levels=(3,))
+    assert not result.passed
+    assert result.figures["bytes_written_after"] == result.figures["bytes_written_before"] > 0
+    assert "counted exactly, not timed" in result.message
