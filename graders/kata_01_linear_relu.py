@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.core import CheckFailed, Context, Kata
-from graders.models import nest_under, random_identifier
+from graders.models import PathChain, random_identifier
 from graders.numerics import assert_same_outputs, input_sets
 from graders.structure import assert_module_count, assert_valid_graph_module, before_after, call_module_nodes
 from graders.timing import assert_speedup
@@ -111,21 +111,6 @@ class Block(nn.Module):
         return self.kind in ("pair", "residual") and self.spelling in RELU_SPELLINGS
 
 
-class Chain(nn.Module):
-    """Blocks installed at (possibly dotted) paths and run in order."""
-
-    def __init__(self, blocks: list[tuple[str, nn.Module]]):
-        super().__init__()
-        self.order = [path for path, _ in blocks]
-        for path, block in blocks:
-            nest_under(self, path, block)
-
-    def forward(self, x):
-        for path in self.order:
-            x = self.get_submodule(path)(x)
-        return x
-
-
 class SharedLinear(nn.Module):
     """One Linear called at two sites, only the first followed by a ReLU."""
 
@@ -183,7 +168,7 @@ def one_block(spelling: str, kind: str = "pair", *, bias: bool = True, fin: int 
 
 
 def _nested() -> nn.Module:
-    return Chain([(f"encoder.blocks.{i}", Block("pair", spelling, linear(9, 9)))
+    return PathChain([(f"encoder.blocks.{i}", Block("pair", spelling, linear(9, 9)))
                   for i, spelling in enumerate(["relu_module", "functional_relu", "method_relu_inplace"])])
 
 
@@ -261,7 +246,7 @@ def hidden_case(rng: random.Random) -> Case:
         blocks.append((path, block))
         width = fout
     in_shape = (in_width,) if rng.random() < 0.6 else (rng.randint(2, 5), in_width)
-    return Case(lambda: Chain(blocks), in_shape, fused,
+    return Case(lambda: PathChain(blocks), in_shape, fused,
                 "the pass must work for any names, nesting depth and ReLU spelling.", train=rng.random() < 0.3)
 
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.core import CheckFailed, Context, Kata
-from graders.models import nest_under, random_identifier
+from graders.models import PathChain, random_identifier
 from graders.numerics import assert_same_outputs, input_sets
 from graders.structure import assert_valid_graph_module, before_after
 from graders.timing import assert_speedup
@@ -110,19 +110,6 @@ class Block(nn.Module):
         return relu(total)
 
 
-class Net(nn.Module):
-    def __init__(self, blocks: list[tuple[str, nn.Module]]):
-        super().__init__()
-        self.order = [path for path, _ in blocks]
-        for path, block in blocks:
-            nest_under(self, path, block)
-
-    def forward(self, x):
-        for path in self.order:
-            x = self.get_submodule(path)(x)
-        return x
-
-
 class ResidualBias(nn.Module):
     """relu(h @ w + h): the bias is the matmul's own input."""
 
@@ -150,7 +137,7 @@ def block(fan_in: int, fan_out: int, spelling: Spelling | None = None, kind: str
 
 
 def net(*blocks: nn.Module) -> Net:
-    return Net([(f"layer{i}", b) for i, b in enumerate(blocks)])
+    return PathChain([(f"layer{i}", b) for i, b in enumerate(blocks)])
 
 
 @dataclass
@@ -252,7 +239,7 @@ def hidden_case(rng: random.Random) -> Case:
         rewrites += kind == "fuse"
         width = fan_out
     in_shape = (tokens, in_width) if batched else (in_width,)
-    return Case(lambda: Net(blocks), in_shape, rewrites,
+    return Case(lambda: PathChain(blocks), in_shape, rewrites,
                 "the pass must work for any spelling combination, parameter names, nesting and input rank.")
 
 
@@ -359,7 +346,7 @@ for _name, _case in EXACT_CASES.items():
 @KATA.check(level=3)
 def wide_head_speedup(ctx: Context):
     batch, tokens, fan_in, fan_out = BENCHMARK_SHAPE
-    model = Net([("head", block(fan_in, fan_out, Spelling(relu="torch.relu")))]).to(ctx.device)
+    model = PathChain([("head", block(fan_in, fan_out, Spelling(relu="torch.relu")))]).to(ctx.device)
     baseline = fx.symbolic_trace(copy.deepcopy(model))
     _, candidate, _ = run_pass(ctx, model)
     return assert_speedup(ctx, baseline, candidate,

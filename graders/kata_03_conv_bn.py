@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.core import CheckFailed, Context, Kata
-from graders.models import nest_under, random_identifier
+from graders.models import PathChain, random_identifier
 from graders.numerics import assert_same_outputs, input_sets
 from graders.structure import assert_module_count, assert_valid_graph_module, call_module_nodes, traced_copy
 from graders.timing import assert_speedup
@@ -23,9 +23,12 @@ KATA = Kata("03_conv_bn", api={
 })
 
 # The L3 benchmark: a small edge CNN, batch 1, where each op's fixed cost is a large share of its
-# time, so removing a third of the ops pays (README, "Where folding pays"). Reference median about
-# 1.58x on CPU single-threaded, a no-op 0.98x-1.01x. The CUDA figure is not yet measured on a GPU.
-SPEEDUP_THRESHOLDS = {"cpu": 1.30, "cuda": 1.20}
+# time, so removing a third of the ops pays (README, "Where folding pays"). Reference medians
+# 1.43x-1.62x on CPU single-threaded, a no-op 0.98x-1.07x and once 1.19x: the level also counts bytes
+# written, exactly. Folding removes each BatchNorm's output tensor, a third of what the model writes;
+# a no-op writes all of it. The CUDA figure is not yet measured on a GPU.
+SPEEDUP_THRESHOLDS = {"cpu": 1.25, "cuda": 1.20}
+MAX_BYTES_FRACTION = 0.8
 BENCHMARK_BLOCKS, BENCHMARK_CHANNELS, BENCHMARK_SIZE = 8, 16, 8
 
 
@@ -209,19 +212,6 @@ class HiddenBlock(nn.Module):
         return torch.relu(bn(conv(x)))
 
 
-class HiddenNet(nn.Module):
-    def __init__(self, blocks: list[tuple[str, nn.Module]]):
-        super().__init__()
-        self.order = [path for path, _ in blocks]
-        for path, block in blocks:
-            nest_under(self, path, block)
-
-    def forward(self, x):
-        for path in self.order:
-            x = self.get_submodule(path)(x)
-        return x
-
-
 FOLDABLE_KINDS = ["plain", "plain", "residual", "residual"]
 UNFOLDABLE_KINDS = ["conv_output_used_twice", "bn_after_relu", "bn_in_training_mode"]
 
@@ -253,7 +243,7 @@ def hidden_case(rng: random.Random) -> Case:
         path = ".".join(random_identifier(rng) for _ in range(depth)) + f"_{len(blocks)}"
         blocks.append((path, HiddenBlock(kind, conv, bn, names)))
         channels = cout
-    return Case(lambda: HiddenNet(blocks), (in_channels, size, size), bn_left, "the pass must work for any names, nesting depth and conv options.")
+    return Case(lambda: PathChain(blocks), (in_channels, size, size), bn_left, "the pass must work for any names, nesting depth and conv options.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,7 +365,7 @@ def small_cnn_speedup(ctx: Context):
     _, candidate = run_fuse(ctx, model)
     return assert_speedup(ctx, baseline, candidate,
                           lambda: (torch.randn(1, c, BENCHMARK_SIZE, BENCHMARK_SIZE, device=ctx.device),),
-                          SPEEDUP_THRESHOLDS, what="the folded small CNN",
+                          SPEEDUP_THRESHOLDS, what="the folded small CNN", max_bytes_fraction=MAX_BYTES_FRACTION,
                           hint="every BatchNorm in this CNN follows a conv it can fold into: fold all eight.")
 
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.core import CheckFailed, Context, Kata
-from graders.models import nest_under, random_identifier
+from graders.models import PathChain, random_identifier
 from graders.numerics import assert_same_outputs, input_sets
 from graders.structure import assert_valid_graph_module, before_after
 from graders.timing import assert_speedup
@@ -161,19 +161,6 @@ class MLPBlock(nn.Module):
         return x + down(act(up(h), *(s(h) for s in side)))
 
 
-class Stack(nn.Module):
-    def __init__(self, blocks: list[tuple[str, nn.Module]]):
-        super().__init__()
-        self.order = [path for path, _ in blocks]
-        for path, block in blocks:
-            nest_under(self, path, block)
-
-    def forward(self, x):
-        for path in self.order:
-            x = self.get_submodule(path)(x)
-        return x
-
-
 class Chained(nn.Module):
     def __init__(self, first: Spelling, second: Spelling):
         super().__init__()
@@ -215,7 +202,7 @@ def two_input_case(spelling: Spelling, hint: str) -> Case:
 
 
 def transformer(spellings: list[Spelling], width: int = 32) -> nn.Module:
-    return Stack([(f"layers.{i}", MLPBlock(width, 4 * width, HandGelu(s))) for i, s in enumerate(spellings)])
+    return PathChain([(f"layers.{i}", MLPBlock(width, 4 * width, HandGelu(s))) for i, s in enumerate(spellings)])
 
 
 REPLACE = "this is a tanh-GELU, written another way: the pass must see through the spelling."
@@ -321,7 +308,7 @@ def hidden_case(rng: random.Random) -> Case:
             names += [name] if name not in names else []
         path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 3))) + f"_{index}"
         blocks.append((path, MLPBlock(width, rng.choice([2, 3, 4]) * width, act, tuple(names))))
-    return Case(lambda: Stack(blocks), ((rng.randint(1, 4), width),), replaced,
+    return Case(lambda: PathChain(blocks), ((rng.randint(1, 4), width),), replaced,
                 "the pass must work for any spelling, names and nesting, and leave look-alikes alone.")
 
 

