@@ -143,3 +143,10 @@ def test_memory_hog_costs_the_kata_not_the_machine(tmp_path):
     assert proc.returncode == 0, proc.stderr
     kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
     assert kata["points"] == 0 and "importing" in kata["message"] and "RuntimeError" in kata["message"]
+
+
+def test_committed_leaderboard_is_what_the_renderer_writes():
+    # A renderer change must come with a regenerated board (`uv run graders/score.py`).
+    runs, problems = load_runs(REPO_ROOT / "results")
+    assert not problems
+    assert (REPO_ROOT / "LEADERBOARD.md").read_text() == render(runs)
