@@ -53,12 +53,6 @@ def _watched_namespaces() -> dict[str, dict]:
     return namespaces
 
 
-def _watched_modules() -> dict[str, object]:
-    return {name: module for name, module in sys.modules.items()
-            if name in ("time", "timeit", "builtins", "operator", "torch", "torch.nn.functional", "torch.fx",
-                        "torch.utils.benchmark") or name == "graders" or name.startswith("graders.")}
-
-
 # torch.compile patches torch itself on first use (nn.Module.__init__ for generation tagging,
 # torch.manual_seed to disable tracing): changes by code in these files are torch's own, not the solution's.
 TORCH_SELF_PATCHERS = tuple(str(Path(torch.__file__).parent / part) for part in ("_dynamo", "_compile.py", "_inductor"))
@@ -80,7 +74,7 @@ class Guard:
     def __init__(self):
         self._live = _watched_namespaces()
         self.namespaces = {name: dict(namespace) for name, namespace in self._live.items()}
-        self.modules = _watched_modules()
+        self.modules = {name: sys.modules[name] for name in self.namespaces if name in sys.modules}
         self.environment = {name: os.environ.get(name) for name in WATCHED_ENVIRONMENT}
 
     def violations(self) -> list[str]:

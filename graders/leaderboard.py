@@ -109,6 +109,11 @@ def geomean_speedup(run: dict) -> float | None:
     return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
 
 
+def ranking_key(run: dict) -> tuple:
+    """Ranked runs first, then more points, then a higher capped geomean speedup; the team name settles ties."""
+    return bool(run["disqualified"]), -run["total_points"], -(geomean_speedup(run) or 0.0), run["team"]
+
+
 def latest_per_team(runs: list[dict]) -> list[dict]:
     latest: dict[str, dict] = {}
     for run in runs:
@@ -130,7 +135,7 @@ def render(runs: list[dict]) -> str:
     if not teams:
         lines.append("No team has been graded yet: `uv run graders/score.py --team NAME` adds one.")
         return "\n".join(lines) + "\n"
-    teams.sort(key=lambda r: (bool(r["disqualified"]), -r["total_points"], -(geomean_speedup(r) or 0.0), r["team"]))
+    teams.sort(key=ranking_key)
     short = [k.split("_")[0] for k in KATAS]
     rows = []
     for rank, run in enumerate(teams, 1):

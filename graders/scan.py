@@ -69,10 +69,6 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _dotted(node: ast.AST) -> str:
-    return ast.unparse(node) if hasattr(ast, "unparse") else type(node).__name__
-
-
 class _Scanner(ast.NodeVisitor):
     def __init__(self, kata: str | None):
         self.kata = kata
@@ -115,14 +111,14 @@ class _Scanner(ast.NodeVisitor):
             name = node.func.id
             if name in ("setattr", "delattr"):
                 if node.args and _root_name(node.args[0]) in self.imported:
-                    self.flag(node, f"calls {name} on {_dotted(node.args[0])}, an imported object: that changes "
+                    self.flag(node, f"calls {name} on {ast.unparse(node.args[0])}, an imported object: that changes "
                                     f"it for the grader too")
             else:
                 self.flag(node, f"calls {name}(), which {FORBIDDEN_CALLS[name]}")
         timing_kata_sets_threads = self.kata in KATAS_THAT_TIME and "threads" in getattr(node.func, "attr", "")
         if isinstance(node.func, ast.Attribute) and node.func.attr in GLOBAL_SETTINGS \
                 and _root_name(node.func) in self.imported and not timing_kata_sets_threads:
-            self.flag(node, f"calls {_dotted(node.func)}, a process-wide setting that changes how the baseline "
+            self.flag(node, f"calls {ast.unparse(node.func)}, a process-wide setting that changes how the baseline "
                             f"runs too")
         self.generic_visit(node)
 
@@ -142,7 +138,7 @@ class _Scanner(ast.NodeVisitor):
             for element in target.elts:
                 self.check_target(element, verb)
         elif isinstance(target, (ast.Attribute, ast.Subscript)) and _root_name(target) in self.imported:
-            self.flag(target, f"{verb} {_dotted(target)}, part of an imported module: that monkeypatches it for "
+            self.flag(target, f"{verb} {ast.unparse(target)}, part of an imported module: that monkeypatches it for "
                               f"the grader too")
 
     def visit_Assign(self, node: ast.Assign) -> None:

@@ -37,7 +37,7 @@ from tabulate import tabulate
 
 from graders.core import LEVELS, CheckResult, level_points, resolve_seed
 from graders.katas import KATAS, REPO_ROOT, is_available
-from graders.leaderboard import SCHEMA, geomean_speedup, locked, regenerate, store_run
+from graders.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run
 from graders.scan import scan_tree
 
 
@@ -204,12 +204,13 @@ def apply_scan(katas: dict[str, dict], findings: dict[str, list[str]]) -> None:
                                    message=f"DISQUALIFIED by the static scan: {found[0]}{more}")
 
 
-def make_run(team: str, tree: Path, katas: dict[str, dict], seed: int, args: argparse.Namespace) -> dict:
+def make_run(team: str, tree: Path, source: Path, katas: dict[str, dict], seed: int, args: argparse.Namespace) -> dict:
+    """The stored record of one team's run: `tree` is what was graded (and hashed), `source` where it came from."""
     graded = [r for r in katas.values() if r["status"] != "not available"]
     return {"schema": SCHEMA, "team": team, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "seed": seed, "device": args.device, "device_name": device_name(args.device), "threads": args.threads,
             "speed": not args.no_speed, "torch": torch.__version__, "python": platform.python_version(),
-            "solutions": str(tree.resolve()), "solutions_hash": solutions_hash(tree),
+            "solutions": str(source.resolve()), "solutions_hash": solutions_hash(tree),
             "total_points": sum(r["points"] for r in graded), "possible_points": 100.0 * len(graded),
             "disqualified": [f"{kata}: {r['disqualified']}" for kata, r in katas.items() if r.get("disqualified")],
             "katas": katas}
@@ -266,7 +267,7 @@ def stage_submissions(submissions: Path, katas: list[str], staging: Path) -> dic
 
 def print_teams(runs: list[dict]) -> None:
     rows = []
-    for run in sorted(runs, key=lambda r: (bool(r["disqualified"]), -r["total_points"], r["team"])):
+    for run in sorted(runs, key=ranking_key):
         geo = geomean_speedup(run)
         status = "DISQUALIFIED: " + run["disqualified"][0] if run["disqualified"] else ""
         rows.append([run["team"], f"{run['total_points']:.1f}/{run['possible_points']:.0f}",
@@ -295,9 +296,8 @@ def main(argv=None) -> int:
             katas = {k: graded[team][k] if k in available else failed_grading("not available", "not yet available")
                      for k in selected}
             apply_scan(katas, scan_tree(tree, available))
-            runs.append(make_run(team, tree, katas, seed, args))
-            if organiser:
-                runs[-1]["solutions"] = str((args.submissions / team).resolve())
+            source = args.submissions / team if organiser else tree
+            runs.append(make_run(team, tree, source, katas, seed, args))
 
     if organiser:
         print_teams(runs)

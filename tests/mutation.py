@@ -47,9 +47,14 @@ def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: 
         f"{kata} mutant {mutant.name} is caught first at level {min(failing)}, expected {mutant.caught_at}:\n{reasons}")
 
 
+def speed_level(tmp_path: Path, kata: str, mutant: Mutant) -> CheckResult:
+    [result] = grade(kata, write_mutant_tree(tmp_path, kata, mutant), seed=0, levels=(3,))
+    return result
+
+
 def assert_no_op_is_timed_too_slow(tmp_path: Path, kata: str, no_op: Mutant) -> None:
     """The speed level fails a pass that changes nothing, on the clock (near 1.0x, under the threshold)."""
-    [result] = grade(kata, write_mutant_tree(tmp_path, kata, no_op), seed=0, levels=(3,))
+    result = speed_level(tmp_path, kata, no_op)
     assert not result.passed
     assert 0.8 < result.figures["speedup"] < result.figures["threshold"]
 
@@ -59,7 +64,7 @@ def assert_no_op_writes_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> No
 
     For katas whose gain is too small or too machine-dependent to tell from a no-op by timing alone.
     """
-    [result] = grade(kata, write_mutant_tree(tmp_path, kata, no_op), seed=0, levels=(3,))
+    result = speed_level(tmp_path, kata, no_op)
     assert not result.passed
     assert result.figures["bytes_written_after"] == result.figures["bytes_written_before"] > 0
     assert "counted exactly, not timed" in result.message

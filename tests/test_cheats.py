@@ -44,10 +44,23 @@ CASES = [
 ]
 
 
+# What every cheat may use: the reference's honest pass, and a way to put any module behind a graph.
+CHEAT_PREAMBLE = '''
+_honest_fuse = fuse_conv_bn
+
+
+def _served_by(module):
+    """A GraphModule whose forward is module(x): the cheat's module answers every call."""
+    graph = fx.Graph()
+    graph.output(graph.call_module("served", (graph.placeholder("x"),)))
+    return fx.GraphModule(torch.nn.ModuleDict({"served": module}), graph)
+'''
+
+
 def cheat_source(name: str) -> str:
-    """The reference solution, its honest pass kept as _honest_fuse, then the cheat."""
+    """The reference solution, then CHEAT_PREAMBLE, then the cheat."""
     reference = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
-    return f"{reference}\n\n_honest_fuse = fuse_conv_bn\n\n{(CHEATS / f'{name}.py').read_text()}"
+    return f"{reference}\n{CHEAT_PREAMBLE}\n\n{(CHEATS / f'{name}.py').read_text()}"
 
 
 def grade_cheat(tmp_path: Path, cheat: Cheat) -> tuple[subprocess.CompletedProcess, list[dict]]:
