@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from graders.integrity import Guard
-from graders.katas import load_grader
+from graders.katas import load_grader, manifest
 
 
 class Level(NamedTuple):
@@ -73,11 +73,21 @@ class Check:
 
 
 class Kata:
-    """One kata's grader: its API (for messages) and its checks, each at a level."""
+    """One kata's grader: its manifest (title, API, thresholds) and its checks, each at a level.
 
-    def __init__(self, name: str, api: dict[str, str]):
+    A grader declares its checks as data where it can: `cases` (a level's cases, each graded by the
+    one run path in graders/harness.py), `hidden` (level 4, generated from the check seed) and `speed`
+    (level 3). Checks particular to one kata are ordinary functions registered with `check`.
+    """
+
+    def __init__(self, name: str, api: dict[str, str] | None = None):
         self.name = name
-        self.api = api
+        self.manifest = manifest(name)
+        self.title = self.manifest["title"]
+        self.api = api or self.manifest["api"]
+        speed = self.manifest.get("speed", {})
+        self.thresholds: dict[str, float] = speed.get("threshold", {})
+        self.max_bytes_fraction: float | None = speed.get("max_bytes_fraction")
         self.checks: list[Check] = []
 
     def add(self, level: int, name: str, run: Callable, *, weight: float = 1.0, timeout: float | None = None):
@@ -94,6 +104,31 @@ class Kata:
             return run
 
         return register
+
+    def cases(self, level: int, cases: dict, via) -> None:
+        """One check per case, named after it, each graded by `harness.check` through the pass `via`."""
+        from graders import harness
+
+        for name, case in cases.items():
+            self.add(level, name, lambda ctx, case=case: harness.check(ctx, case, via))
+
+    def hidden(self, generator: Callable, via=None, *, n: int = 5, check: Callable | None = None) -> None:
+        """Level 4: `n` checks model_1..model_n, each grading `generator(rng)` with an rng drawn from the
+        check's seed, through the pass `via` (or `check(ctx, generated)` where the kata grades it itself)."""
+        from graders import harness
+
+        def run(ctx):
+            generated = generator(harness.hidden_rng(ctx))
+            return check(ctx, generated) if check else harness.check(ctx, generated, via)
+
+        for index in range(1, n + 1):
+            self.add(4, f"model_{index}", run)
+
+    def speed(self, name: str, case, via, *, what: str, hint: str) -> None:
+        """Level 3: the benchmark case must beat the traced original by the manifest's threshold."""
+        from graders import harness
+
+        self.add(3, name, lambda ctx: harness.speed(ctx, case, via, what=what, hint=hint))
 
     def checks_at(self, level: int) -> list[Check]:
         return [c for c in self.checks if c.level == level]

@@ -1,24 +1,42 @@
-"""The catalogue of katas, and where each one's grader lives."""
+"""The catalogue of katas: one folder per kata grader, `graders/kata_<name>/`, with its manifest.
+
+The folder holds the grader's declaration (`__init__.py`, a module-level `KATA`), its model zoo, its
+hidden-model generator, its mutants (`mutants.py`) and `kata.toml`, the data the grader, score.py and
+the dev check read: title, API, speed thresholds, byte limits and hints. A kata exists once its
+folder has a manifest; tests/test_dev_check.py proves the rest of it is there too.
+"""
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import tomllib
+from functools import cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+GRADERS = REPO_ROOT / "graders"
+MANIFEST = "kata.toml"
 
-KATAS: dict[str, str] = {
-    "01_linear_relu": "Linear + ReLU fusion",
-    "02_matmul_bias_relu": "matmul + bias + ReLU with subgraph_rewriter",
-    "03_conv_bn": "Conv2d + BatchNorm2d folding",
-    "04_dce": "dead-code elimination",
-    "05_cse": "common-subexpression elimination",
-    "06_constant_folding": "constant folding",
-    "07_algebraic_simplify": "algebraic simplification",
-    "08_elementwise_chains": "elementwise-chain finder and fuser",
-    "09_gelu": "tanh-GELU detection",
-    "10_verify_harness": "pass-verification harness",
-}
+
+def grader_folder(kata: str, root: Path = REPO_ROOT) -> Path:
+    return root / "graders" / f"kata_{kata}"
+
+
+def kata_names(root: Path = REPO_ROOT) -> list[str]:
+    """Every kata with a grader manifest, in order."""
+    return sorted(p.parent.name.removeprefix("kata_") for p in (root / "graders").glob(f"kata_*/{MANIFEST}"))
+
+
+@cache
+def manifest(kata: str) -> dict:
+    """The kata's kata.toml, parsed."""
+    path = grader_folder(kata) / MANIFEST
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}") from None
+
+
+KATAS: dict[str, str] = {kata: manifest(kata)["title"] for kata in kata_names()}
 
 
 def grader_module_name(kata: str) -> str:
@@ -26,16 +44,15 @@ def grader_module_name(kata: str) -> str:
 
 
 def is_available(kata: str) -> bool:
-    """A kata is available once its grader module exists."""
-    return importlib.util.find_spec(grader_module_name(kata)) is not None
+    return kata in KATAS
 
 
 def available_katas() -> list[str]:
-    return [kata for kata in KATAS if is_available(kata)]
+    return list(KATAS)
 
 
 def load_grader(kata: str):
-    """The kata's grader: a `graders.core.Kata` declared in graders/kata_<name>.py."""
+    """The kata's grader: a `graders.core.Kata` declared in graders/kata_<name>/__init__.py."""
     if kata not in KATAS:
         raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}")
     return importlib.import_module(grader_module_name(kata)).KATA

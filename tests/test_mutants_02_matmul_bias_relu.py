@@ -1,6 +1,6 @@
 """Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
 import pytest
-from mutation import Mutant, assert_caught_at_its_level, assert_no_op_writes_too_much
+from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_writes_too_much
 
 from graders.katas import REPO_ROOT
 

@@ -1,6 +1,6 @@
 """Kata 07: plausible wrong simplifiers, each caught at the level that should catch it."""
 import pytest
-from mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow, write_mutant_tree
+from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow, write_mutant_tree
 
 from graders.core import grade
 

@@ -1,7 +1,7 @@
 """Kata 08: plausible wrong solutions, each caught at the level that should catch it."""
 import pytest
 import torch.fx as fx
-from mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow
+from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow
 
 from graders.kata_08_elementwise_chains import BASIC, EXACT_CASES, expected_chains
 

@@ -5,7 +5,7 @@ checked twice: it is caught first at its level, and the check that catches it is
 designed for that blind spot (so each pass's claimed subtlety is itself tested).
 """
 import pytest
-from mutation import Mutant, assert_caught_at_its_level, failed_levels, write_mutant_tree
+from graders.mutation import Mutant, assert_caught_at_its_level, failed_levels, write_mutant_tree
 
 from graders.core import grade
 from graders.katas import REPO_ROOT

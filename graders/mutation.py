@@ -1,15 +1,21 @@
 """Mutants: the reference solution with one plausible bug, written as a source edit.
 
-Each mutant names the level that must catch it. Writing mutants as edits of the reference keeps them
-in step with it: an edit whose `old` text no longer occurs exactly once fails loudly.
+Each kata's grader folder has a `mutants.py` with `MUTANTS`, a list of `Mutant`, and `NO_OP`, the
+mutant that changes nothing (the speed level must fail it). `VARIANTS`, where a kata has them, are
+edits that stay correct (a pass that follows another convention PyTorch also follows): they must keep
+full marks at every correctness level. Each mutant names the level that must
+catch it: no lower level fails, this one does. Writing mutants as edits of the reference keeps them in
+step with it: an edit whose `old` text no longer occurs exactly once fails loudly.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from graders.core import CheckResult, grade
-from graders.katas import REPO_ROOT
+from graders.katas import REPO_ROOT, grader_module_name
 
 
 @dataclass(frozen=True)
@@ -17,10 +23,30 @@ class Mutant:
     name: str
     old: str          # text of the reference solution, occurring exactly once
     new: str          # what the bug puts there instead
-    caught_at: int    # the level that must catch it: no lower level fails, this one does
+    caught_at: int | None  # the level that must catch it (no lower level fails, this one does); None: correct
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The levels that decide the verdict: every level up to the one that catches it (speed only
+        when that is the speed level: it takes longest and proves nothing about the others)."""
+        last = self.caught_at or 4
+        return tuple(level for level in range(1, last + 1) if level != 3 or self.caught_at == 3)
+
+
+def Variant(name: str, old: str, new: str) -> Mutant:
+    """An edit of the reference that is still a correct pass."""
+    return Mutant(name, old, new, caught_at=None)
+
+
+def kata_mutants(kata: str) -> ModuleType | None:
+    """The kata's graders/kata_<name>/mutants.py, or None where it has none yet."""
+    try:
+        return importlib.import_module(f"{grader_module_name(kata)}.mutants")
+    except ModuleNotFoundError:
+        return None
 
 
 def write_mutant_tree(tmp_path: Path, kata: str, mutant: Mutant) -> Path:
@@ -39,12 +65,18 @@ def failed_levels(results: list[CheckResult]) -> set[int]:
 
 def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: int = 0) -> None:
     tree = write_mutant_tree(tmp_path, kata, mutant)
-    results = grade(kata, tree, seed=seed, speed=mutant.caught_at == 3)
+    results = grade(kata, tree, seed=seed, levels=mutant.levels)
     failing = failed_levels(results)
     reasons = "\n".join(f"  {r.test_id}: {r.message.splitlines()[0]}" for r in results if not r.passed)
     assert failing, f"{kata} mutant {mutant.name} got full marks; level {mutant.caught_at} should catch it"
     assert min(failing) == mutant.caught_at, (
         f"{kata} mutant {mutant.name} is caught first at level {min(failing)}, expected {mutant.caught_at}:\n{reasons}")
+
+
+def assert_keeps_full_marks(tmp_path: Path, kata: str, variant: Mutant, seed: int = 0) -> None:
+    results = grade(kata, write_mutant_tree(tmp_path, kata, variant), seed=seed, levels=variant.levels)
+    failures = "\n".join(f"  {r.test_id}: {r.message.splitlines()[0]}" for r in results if not r.passed)
+    assert not failures, f"{kata} correct variant {variant.name} loses points:\n{failures}"
 
 
 def speed_level(tmp_path: Path, kata: str, mutant: Mutant) -> CheckResult:

@@ -1,0 +1,50 @@
+"""The dev check (graders/devcheck.py): every kata is whole, and a half-added kata is reported."""
+import shutil
+
+import pytest
+
+from graders import devcheck
+from graders.katas import REPO_ROOT, KATAS
+
+
+@pytest.mark.parametrize("kata", KATAS)
+def test_kata_is_whole(kata):
+    problems = devcheck.file_problems(REPO_ROOT, kata) or devcheck.grader_problems(kata)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_kata_folder_is_found():
+    assert devcheck.found_katas(REPO_ROOT) == list(KATAS)
+
+
+def copy_of_kata(tmp_path, kata="03_conv_bn"):
+    """A repository root holding one whole kata, copied from this one."""
+    for folder in (f"katas/{kata}", f"reference/{kata}", f"graders/kata_{kata}"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_a_whole_kata_has_no_file_problems(tmp_path):
+    assert devcheck.problems(copy_of_kata(tmp_path)) == []
+
+
+@pytest.mark.parametrize("half", ["grader only", "learner folder only", "no mutants", "stray file", "api not in stub"])
+def test_a_half_added_kata_is_reported(tmp_path, half):
+    root = copy_of_kata(tmp_path)
+    new = "11_new_pass"
+    if half == "grader only":
+        shutil.copytree(root / "graders/kata_03_conv_bn", root / f"graders/kata_{new}")
+    elif half == "learner folder only":
+        shutil.copytree(root / "katas/03_conv_bn", root / f"katas/{new}")
+    elif half == "no mutants":
+        new = "03_conv_bn"
+        (root / "graders/kata_03_conv_bn/mutants.py").unlink()
+    elif half == "stray file":
+        new = "03_conv_bn"
+        (root / "katas/03_conv_bn/conftest.py").write_text("")
+    else:
+        new = "03_conv_bn"
+        stub = root / "katas/03_conv_bn/solution.py"
+        stub.write_text(stub.read_text().replace("def fuse_conv_bn(", "def fuse_conv_bn_renamed("))
+    problems = devcheck.problems(root)
+    assert problems and all(p.startswith(f"{new}: ") for p in problems), problems

@@ -1,0 +1,32 @@
+"""Every kata's mutants (graders/kata_<name>/mutants.py) are caught at the level that should catch them,
+its correct variants keep full marks, and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit,
+on the clock otherwise."""
+import pytest
+
+from graders.katas import KATAS, load_grader
+from graders.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
+                              assert_no_op_writes_too_much, kata_mutants)
+
+MUTANT_MODULES = {kata: module for kata in KATAS if (module := kata_mutants(kata))}
+
+
+@pytest.mark.parametrize("kata, mutant", [pytest.param(kata, mutant, id=f"{kata}-{mutant}")
+                                          for kata, module in MUTANT_MODULES.items() for mutant in module.MUTANTS])
+def test_mutant_is_caught_at_its_level(kata, mutant, tmp_path):
+    assert_caught_at_its_level(tmp_path, kata, mutant)
+
+
+@pytest.mark.parametrize("kata, variant", [pytest.param(kata, variant, id=f"{kata}-{variant}")
+                                           for kata, module in MUTANT_MODULES.items()
+                                           for variant in getattr(module, "VARIANTS", ())])
+def test_correct_variant_keeps_full_marks(kata, variant, tmp_path):
+    assert_keeps_full_marks(tmp_path, kata, variant)
+
+
+@pytest.mark.parametrize("kata", [kata for kata, module in MUTANT_MODULES.items() if hasattr(module, "NO_OP")])
+def test_no_op_fails_the_speed_level(kata, tmp_path):
+    no_op = MUTANT_MODULES[kata].NO_OP
+    if load_grader(kata).max_bytes_fraction is not None:
+        assert_no_op_writes_too_much(tmp_path, kata, no_op)
+    else:
+        assert_no_op_is_timed_too_slow(tmp_path, kata, no_op)
