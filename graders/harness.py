@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_map
 
 from graders.core import CheckFailed, Context
-from graders.numerics import assert_bit_identical, assert_same_outputs
+from graders.numerics import ATOL, RTOL, assert_bit_identical, assert_same_outputs
 from graders.structure import assert_valid_graph_module, before_after
 from graders.timing import assert_speedup
 
@@ -43,6 +43,7 @@ class Case:
     mode: str | None = None                # "eval" or "train": the whole model in that mode; None: as built
     compare: str | Callable | None = "allclose"  # "allclose", "bit_exact", None, or compare(run) -> None
     rng: bool = False                      # the model draws random numbers: both sides run from one RNG state
+    tolerance: tuple[float, float] | None = None  # (rtol, atol) for "allclose"; None: graders/numerics.py's
     batch_sizes: tuple[int, ...] = (1, 3)
     samples: int = 2                       # fresh draws per batch size: one sample can hide a bug
     trace: Callable[[nn.Module], fx.GraphModule] = fx.symbolic_trace
@@ -117,25 +118,33 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     traced = case.trace(model)
     result = ctx.call(via.function, traced, returns=via.returns)
     gm = result if isinstance(result, fx.GraphModule) else traced
-    assert_valid_graph_module(gm, via.function)
+    assert_valid_graph_module(gm, via.function, in_place=gm is traced and via.returns is not fx.GraphModule)
     return Run(ctx, case, via, model, pristine, before, traced, gm, result)
 
 
 def compare(run: Run) -> None:
     """The rewritten module against the pristine original, as the case asks."""
     how, case = run.case.compare, run.case
-    if how is None:
-        return
-    if callable(how):
-        how(run)
-    elif how == "bit_exact":
-        assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
-                             graphs=(run.before, run.gm))
-    elif how == "allclose":
-        assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
-                            graphs=(run.before, run.gm), seed=1234 if case.rng else None)
-    else:
-        raise ValueError(f"unknown comparison {how!r}")
+    try:
+        if how is None:
+            return
+        if callable(how):
+            how(run)
+        elif how == "bit_exact":
+            assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
+                                 graphs=(run.before, run.gm))
+        elif how == "allclose":
+            rtol, atol = case.tolerance or (RTOL, ATOL)
+            assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
+                                graphs=(run.before, run.gm), seed=1234 if case.rng else None, rtol=rtol, atol=atol)
+        else:
+            raise ValueError(f"unknown comparison {how!r}")
+    except CheckFailed as failure:
+        if run.graphs() in str(failure):
+            raise
+        # The rewritten module crashed: say so with the case's hint and the graphs, like any other verdict.
+        raise CheckFailed(str(failure) + (f" Hint: {case.hint}" if case.hint else "") + run.graphs(),
+                          failure.figures) from None
 
 
 def check(ctx: Context, case: Case, via: Pass) -> dict:

@@ -28,17 +28,20 @@ def before_after(before: fx.GraphModule, after: fx.GraphModule) -> str:
     return f"\n\nGraph before the pass:\n{graph_table(before)}\n\nGraph after the pass:\n{graph_table(after)}"
 
 
-def assert_valid_graph_module(gm, function: str) -> None:
-    """A GraphModule whose graph passes `Graph.lint()` and whose generated code matches the graph."""
+def assert_valid_graph_module(gm, function: str, *, in_place: bool = False) -> None:
+    """A GraphModule whose graph passes `Graph.lint()` and whose generated code matches the graph.
+
+    `in_place`: the pass rewrites the GraphModule it was given rather than returning one."""
+    whose = f"{function} was given, after the call," if in_place else f"{function} returned"
     if not isinstance(gm, fx.GraphModule):
         raise CheckFailed(f"{function} returned a {type(gm).__name__}, not a torch.fx.GraphModule.")
     try:
         gm.graph.lint()
     except Exception as exc:
-        raise CheckFailed(f"Graph.lint() rejects the graph {function} returned: {exc}") from None
+        raise CheckFailed(f"Graph.lint() rejects the graph {function} {whose.split(' ', 1)[1]}: {exc}") from None
     if gm.code != gm.graph.python_code(root_module="self").src:
         raise CheckFailed(
-            f"the GraphModule {function} returned runs stale code: its graph was edited but its forward was "
+            f"the GraphModule {whose} runs stale code: its graph was edited but its forward was "
             "not regenerated. Call gm.recompile() after editing gm.graph."
         )
 
