@@ -79,7 +79,8 @@ def test_every_cheat_file_has_a_case():
     assert sorted(p.stem for p in CHEATS.glob("*.py")) == sorted(c.name for c in CASES)
 
 
-@pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("cheat", [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in c.levels else [])
+                                   for c in CASES])
 def test_cheat_is_rejected(tmp_path, cheat):
     proc, results = grade_cheat(tmp_path, cheat)
     assert proc.returncode == 1, proc.stdout
