@@ -4,6 +4,7 @@
     uv run graders/score.py --solutions reference --kata 03_conv_bn
     uv run graders/score.py --solutions ../team_a --team team_a   # store the run for the leaderboard
 
+    uv run graders/score.py --hint 03_conv_bn                      # the next hint for a kata
     uv run graders/score.py --submissions teams/ --jobs 2           # organiser: grade every team
 
 Each kata is graded in its own pytest subprocess (the kata's test file, with --solutions pointing at
@@ -37,6 +38,7 @@ from tabulate import tabulate
 
 from graders.core import LEVELS, CheckResult, level_points, resolve_seed
 from graders.katas import KATAS, REPO_ROOT, is_available
+from graders.progress import is_complete, next_hint, progress_line, remember
 from graders.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run
 from graders.scan import scan_tree
 
@@ -47,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="solution tree to grade: DIR/<kata>/solution.py (default: katas/)")
     parser.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA",
                         help="grade only this kata (repeatable), e.g. --kata 03_conv_bn")
+    parser.add_argument("--hint", choices=list(KATAS), metavar="KATA",
+                        help="show the next hint for KATA (one more each time you ask) and grade nothing")
     parser.add_argument("--team", help="store this run as the team's and regenerate the leaderboard")
     parser.add_argument("--submissions", type=Path, metavar="DIR",
                         help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
@@ -225,29 +229,34 @@ def print_table(katas: dict[str, dict], total: float, possible: float) -> None:
     rows = []
     for kata, r in katas.items():
         if r["status"] == "not available":
-            rows.append([kata, *["" for _ in LEVELS], "", "", "not yet available"])
+            rows.append(["", kata, *["" for _ in LEVELS], "", "", "not yet available"])
             continue
         speed = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
         status = r["message"] if len(r["message"]) <= 100 else r["message"][:97] + "..."
-        rows.append([kata, *[level_cell(r, level) for level in LEVELS], f"{r['points']:.1f}", speed, status])
-    rows.append(["total", *["" for _ in LEVELS], f"{total:.1f}/{possible:.0f}", "", ""])
-    headers = ["kata", *[f"L{n} {lv.name}" for n, lv in LEVELS.items()], "points", "speedup", "status"]
+        rows.append(["✓" if is_complete(r) else "", kata, *[level_cell(r, level) for level in LEVELS],
+                     f"{r['points']:.1f}", speed, status])
+    rows.append(["", "total", *["" for _ in LEVELS], f"{total:.1f}/{possible:.0f}", "", ""])
+    headers = ["", "kata", *[f"L{n} {lv.name}" for n, lv in LEVELS.items()], "points", "speedup", "status"]
     print(tabulate(rows, headers=headers))
+    print(progress_line(katas))
 
 
 def next_step(katas: dict[str, dict], args: argparse.Namespace) -> str | None:
-    todo = next((k for k, r in katas.items() if r["status"] != "not available" and r["points"] < 100), None)
+    todo = next((k for k, r in katas.items() if r["status"] != "not available" and not is_complete(r)), None)
     if todo is None:
         return None
-    folder = args.solutions / todo
-    try:
-        folder = folder.resolve().relative_to(Path.cwd())
-    except ValueError:
-        pass
-    where = f"edit {folder}/solution.py"
+    def shown(path: Path) -> Path:  # as the learner types it, from the repository root
+        try:
+            return path.resolve().relative_to(REPO_ROOT)
+        except ValueError:
+            return path.resolve()
+    where, command = f"edit {shown(args.solutions / todo)}/solution.py", f"uv run pytest katas/{todo}"
     if args.solutions.resolve() == (REPO_ROOT / "katas").resolve():
         where = f"read katas/{todo}/README.md, {where}"
-    return f"Next: kata {todo} ({KATAS[todo]}): {where}, then run `uv run pytest katas/{todo}` to see every check."
+    else:
+        command += f" --solutions {shown(args.solutions)}"
+    return (f"Next: kata {todo} ({KATAS[todo]}): {where}, then run `{command}` to see every check "
+            f"(`uv run graders/score.py --hint {todo}` when stuck).")
 
 
 def stage_submissions(submissions: Path, katas: list[str], staging: Path) -> dict[str, Path]:
@@ -278,6 +287,9 @@ def print_teams(runs: list[dict]) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.hint:
+        print(next_hint(args.hint))
+        return 0
     seed = resolve_seed(args.seed)
     selected = args.kata or list(KATAS)
     available = [k for k in selected if is_available(k)]
@@ -305,6 +317,7 @@ def main(argv=None) -> int:
     else:
         run = runs[0]
         print_table(run["katas"], run["total_points"], run["possible_points"])
+        remember(args.solutions, run["katas"])
     if args.json:
         args.json.write_text(json.dumps(runs if organiser else runs[0], indent=1))
     with locked(args.results_dir):

@@ -1,6 +1,7 @@
 """score.py end to end, and the leaderboard it regenerates."""
 import json
 import multiprocessing
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,8 @@ KATA = "03_conv_bn"
 def score(tmp_path, *args, timeout=600):
     command = [sys.executable, str(REPO_ROOT / "graders" / "score.py"), "--kata", KATA, "--seed", "0",
                "--results-dir", str(tmp_path / "results"), "--leaderboard", str(tmp_path / "LEADERBOARD.md"), *args]
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state")}  # the learner's progress and hints
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def tree_with(tmp_path, source: str):
@@ -38,14 +40,29 @@ def test_reference_tree_scores_and_is_stored_for_the_team(tmp_path):
     assert "not yet available" in proc.stdout or len(run["katas"]) == 1
     assert "| team a" in (tmp_path / "LEADERBOARD.md").read_text()
     assert len(list((tmp_path / "results").glob("*/*.json"))) == 1
+    assert "1/1 katas complete, 80/100 points" in proc.stdout  # every check that ran passed (--no-speed)
+    assert "Next:" not in proc.stdout
 
 
 def test_stub_tree_scores_zero_and_says_where_to_start(tmp_path):
     proc = score(tmp_path, "--no-speed")
     assert proc.returncode == 0, proc.stderr
     assert "still the stub" in proc.stdout
-    assert f"Next: kata {KATA}" in proc.stdout and f"uv run pytest katas/{KATA}" in proc.stdout
+    assert f"Next: kata {KATA}" in proc.stdout and f"uv run pytest katas/{KATA}`" in proc.stdout
+    assert "0/1 katas complete, 0/100 points" in proc.stdout
     assert "No team has been graded yet" in (tmp_path / "LEADERBOARD.md").read_text()
+
+
+def test_next_step_for_another_tree_names_it(tmp_path):
+    tree = tree_with(tmp_path, "raise ImportError('half done')\n")
+    proc = score(tmp_path, "--solutions", str(tree), "--no-speed")
+    assert f"uv run pytest katas/{KATA} --solutions {tree}" in proc.stdout, proc.stdout
+
+
+def test_hints_come_one_more_each_time(tmp_path):
+    first, second = score(tmp_path, "--hint", KATA).stdout, score(tmp_path, "--hint", KATA).stdout
+    assert first.startswith(f"Hint 1 of 3 for {KATA}") and second.startswith(f"Hint 2 of 3 for {KATA}")
+    assert first.splitlines()[1] != second.splitlines()[1]
 
 
 def test_syntax_error_costs_the_kata_with_a_reason(tmp_path):

@@ -1,0 +1,42 @@
+"""Watch mode, driven as a learner drives it: in a real terminal (a pty), saving files, pressing keys."""
+import os
+import shutil
+import sys
+
+import pexpect
+
+from graders.katas import REPO_ROOT
+
+FIRST, SECOND = "01_linear_relu", "02_matmul_bias_relu"
+
+
+def test_watch_regrades_on_save_moves_on_and_quits_cleanly(tmp_path):
+    tree = tmp_path / "tree"
+    for kata in (FIRST, SECOND):
+        shutil.copytree(REPO_ROOT / "katas" / kata, tree / kata)
+    env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state"), "COLUMNS": "80", "LINES": "40"}
+    child = pexpect.spawn(sys.executable, [str(REPO_ROOT / "graders" / "watch.py"), "--solutions", str(tree),
+                                           "--no-speed"], cwd=str(tmp_path), env=env, encoding="utf-8",
+                          timeout=240, dimensions=(40, 80))
+    try:
+        child.expect(f"fx-katas watch · {FIRST}")
+        child.expect("First failing check: test_L1_pattern")
+        child.expect("still the stub")
+        child.expect("Save solution.py to regrade")
+        child.send("h")
+        child.expect(f"Hint 1 of 3 for {FIRST}")
+        child.expect("Save solution.py to regrade")
+
+        (tree / FIRST / "solution.py").write_text((REPO_ROOT / "reference" / FIRST / "solution.py").read_text())
+        child.expect(f"{FIRST} is complete: on to {SECOND}")
+        child.expect("Save solution.py to regrade")
+        screen = child.before
+        assert f"fx-katas watch · {SECOND}" in screen and "1/10 katas complete" in screen
+        assert all(len(line) <= 80 for line in screen.replace("\x1b[2J\x1b[H", "").splitlines())
+
+        child.sendintr()  # Ctrl-C
+        child.expect("bye")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
