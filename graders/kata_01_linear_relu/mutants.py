@@ -1,19 +1,17 @@
 """Kata 01: plausible wrong solutions, each caught at the level that should catch it."""
-import pytest
-from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_writes_too_much, write_mutant_tree
+from graders.mutation import Mutant, Variant
 
-from graders.core import grade
-
-KATA = "01_linear_relu"
 FORWARD = "        return F.linear(x, self.weight, self.bias).relu_()"
 REWIRE = "        relu_node.replace_all_uses_with(fused_node)\n        gm.graph.erase_node(relu_node)\n"
+INSTALL = "        gm.set_submodule(linear_node.target, FusedLinearReLU(modules[linear_node.target]))\n"
 NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    calls",
                "    return gm\n    modules = dict(gm.named_modules())\n    calls", caught_at=1)
+DROPS_THE_BIAS = Mutant("drops_the_bias", FORWARD, "        return F.linear(x, self.weight).relu_()", caught_at=1)
 
 MUTANTS = [
     NO_OP,
     Mutant("forgets_recompile", "    gm.recompile()\n    return gm", "    return gm", caught_at=1),
-    Mutant("drops_the_bias", FORWARD, "        return F.linear(x, self.weight).relu_()", caught_at=1),
+    DROPS_THE_BIAS,
     Mutant("forgets_the_relu", FORWARD, "        return F.linear(x, self.weight, self.bias)", caught_at=1),
     Mutant("weight_as_buffer", "        self.weight = linear.weight\n",
            '        self.register_buffer("weight", linear.weight.detach().clone())\n', caught_at=1),
@@ -52,6 +50,11 @@ MUTANTS = [
            caught_at=2),
     Mutant("setattr_with_dotted_name", "gm.set_submodule(linear_node.target,", "setattr(gm, linear_node.target,",
            caught_at=2),
+    # The Linear, shared with the caller's model, becomes a FusedLinearReLU in place: same parameters, right
+    # outputs and structure in gm, but the caller's model now runs a ReLU after every fused Linear.
+    Mutant("converts_the_callers_linear", INSTALL,
+           "        modules[linear_node.target].__class__ = FusedLinearReLU  # in place: no copy, no new module\n",
+           caught_at=2),
     Mutant("only_names_seen_in_visible_models", "        linear_node = _relu_input(relu_node)\n",
            "        linear_node = _relu_input(relu_node)\n"
            '        if not isinstance(linear_node, fx.Node) or "fc" not in str(linear_node.target):\n'
@@ -61,18 +64,12 @@ MUTANTS = [
            caught_at=3),
 ]
 
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
-def test_mutant_is_caught_at_its_level(mutant, tmp_path):
-    assert_caught_at_its_level(tmp_path, KATA, mutant)
-
-
-def test_no_op_fails_the_speed_level_on_bytes_written(tmp_path):
-    assert_no_op_writes_too_much(tmp_path, KATA, NO_OP)
-
-
-def test_failure_names_the_missing_bias(tmp_path):
-    drops_the_bias = MUTANTS[2]
-    results = grade(KATA, write_mutant_tree(tmp_path, KATA, drops_the_bias), seed=0, levels=(1,))
-    message = next(r.message for r in results if r.check == "fused_module")
-    assert "the bias is missing" in message
+VARIANTS = [
+    # The README allows installing the fused module under a new name for its one call site.
+    Variant("installs_under_a_new_name", INSTALL + "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(linear_node.target,",
+            '        fused_name = linear_node.target + "_relu"  # the unused Linear goes at the end\n'
+            "        gm.add_submodule(fused_name, FusedLinearReLU(modules[linear_node.target]))\n"
+            "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(fused_name,"),
+]

@@ -1,0 +1,21 @@
+"""Kata 01: what its failure messages must say, beyond the level a mutant is caught at."""
+from graders.core import grade
+from graders.kata_01_linear_relu.mutants import DROPS_THE_BIAS, MUTANTS
+from graders.mutation import write_mutant_tree
+
+KATA = "01_linear_relu"
+
+
+def message(tmp_path, mutant_name: str, check: str, level: int) -> str:
+    mutant = next(m for m in MUTANTS if m.name == mutant_name)
+    results = grade(KATA, write_mutant_tree(tmp_path, KATA, mutant), seed=0, levels=(level,))
+    return next(r.message for r in results if r.check == check)
+
+
+def test_failure_names_the_missing_bias(tmp_path):
+    assert "the bias is missing" in message(tmp_path, DROPS_THE_BIAS.name, "fused_module", 1)
+
+
+def test_failure_names_the_module_that_changed_type_under_the_caller(tmp_path):
+    text = message(tmp_path, "converts_the_callers_linear", "traced_model_keeps_its_modules", 2)
+    assert "`encoder.blocks.0.fc`" in text and "is a FusedLinearReLU" in text and "it was a Linear" in text
