@@ -1,11 +1,7 @@
 """Kata 05: plausible wrong solutions, each caught at the level that should catch it."""
-import pytest
-from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow, write_mutant_tree
-
-from graders.core import grade
 from graders.katas import REPO_ROOT
+from graders.mutation import Mutant
 
-KATA = "05_cse"
 MERGE = """        first = available.setdefault(key, node)
         if first is not node:
             # Replacing at once makes the users' keys name `first`, so chains merge in this same pass.
@@ -23,7 +19,7 @@ MERGE_AFTER_THE_LOOP = """        first = available.setdefault(key, node)
         merged += 1
 """
 START = "    available: dict[object, fx.Node] = {}\n"
-_REFERENCE = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
+_REFERENCE = (REPO_ROOT / "reference" / "05_cse" / "solution.py").read_text()
 LOOP = _REFERENCE[_REFERENCE.index(START):_REFERENCE.index(MERGE) + len(MERGE)]
 UNKNOWN_ARGUMENTS = """    if isinstance(arg, slice):  # unhashable before Python 3.12
         return (slice, _constant_key(arg.start), _constant_key(arg.stop), _constant_key(arg.step))
@@ -38,6 +34,7 @@ SCALARS = """    if isinstance(arg, (float, complex)):
 """
 RANDOM_OPS_END = '    "feature_alpha_dropout", "rrelu", "gumbel_softmax",\n}\n'
 PURE_MODULES_END = "    nn.Softmax, nn.LogSoftmax, nn.PReLU,\n)\n"
+BARRIER = "            available.clear()\n"
 NO_OP = Mutant("no_op", "    mutated = _mutated_nodes(graph, modules)\n",
                "    return 0\n    mutated = _mutated_nodes(graph, modules)\n", caught_at=1)
 
@@ -67,7 +64,7 @@ MUTANTS = [
            "        return True\n        module = modules[node.target]\n        if isinstance(module, (nn", caught_at=2),
     Mutant("merges_inplace_ops", "    written = [node.args[0]] if inplace and node.args else []",
            "    written = []", caught_at=2),
-    Mutant("merges_across_an_inplace_op", "            available.clear()\n", "", caught_at=2),
+    Mutant("merges_across_an_inplace_op", BARRIER, "", caught_at=2),
     Mutant("merges_values_mutated_later", "        if node in mutated or not _is_pure(node, modules):",
            "        if not _is_pure(node, modules):", caught_at=2),
     Mutant("ignores_writes_through_views",
@@ -77,26 +74,22 @@ MUTANTS = [
            "        inplace = (node.target in INPLACE_OPERATORS or _is_inplace_name(_op_name(node))\n"
            "                   or node.kwargs.get(\"inplace\") is True)",
            "        inplace = node.target in INPLACE_OPERATORS", caught_at=2),
+    # Gap: only the arithmetic methods count as writes; h.clamp_(...), h.exp_(), h.masked_fill_(...) do not.
+    Mutant("inplace_only_arithmetic_methods", "        inplace = _is_inplace_name(node.target)\n",
+           '        inplace = node.target in ("add_", "sub_", "mul_", "div_")\n', caught_at=2),
+    # Gap: a write forgets only the keys of nodes that read the written node itself, so a write through
+    # `h.view(-1)[:4]` leaves `h.exp()` available, and a write to h leaves `h.t().sin()` available.
+    Mutant("barrier_ignores_aliases", BARRIER,
+           "            written = set(_written_arguments(node, modules))\n"
+           "            for key in [k for k, first in available.items() if written & set(first.all_input_nodes)]:\n"
+           "                del available[key]\n", caught_at=2),
+    # Gap: counts each merged expression once, whatever the number of copies it absorbed.
+    Mutant("counts_merge_groups", "            merged += 1\n",
+           "            merged += not first.meta.get('absorbed_a_copy')\n"
+           "            first.meta['absorbed_a_copy'] = True\n", caught_at=2),
     # Lists cut down to what the visible models use: the hidden models draw from wider ones.
     Mutant("random_ops_seen_in_visible_models", RANDOM_OPS_END,
            RANDOM_OPS_END + 'RANDOM_OPS = {"rand", "rand_like", "randn_like", "dropout"}\n', caught_at=4),
     Mutant("pure_modules_seen_in_visible_models", PURE_MODULES_END,
            PURE_MODULES_END + "PURE_MODULES = (nn.Linear, nn.GELU)\n", caught_at=4),
 ]
-
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
-def test_mutant_is_caught_at_its_level(mutant, tmp_path):
-    assert_caught_at_its_level(tmp_path, KATA, mutant)
-
-
-def test_no_op_fails_the_speed_level(tmp_path):
-    assert_no_op_is_timed_too_slow(tmp_path, KATA, NO_OP)
-
-
-def test_failure_counts_must_match_removed_nodes(tmp_path):
-    """A pass that merges correctly but returns the wrong count is told so."""
-    wrong_count = Mutant("counts_from_one", "    merged = 0\n", "    merged = 1\n", caught_at=1)
-    results = grade(KATA, write_mutant_tree(tmp_path, KATA, wrong_count), seed=0, levels=(1,))
-    message = next(r.message for r in results if r.check == "duplicate_chains_merge")
-    assert "returned 6 but removed 5 node(s)" in message
