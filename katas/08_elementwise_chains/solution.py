@@ -37,7 +37,9 @@ def fuse_elementwise_chains(gm: fx.GraphModule) -> int:
     """
     # TODO(human): for each chain, collect the nodes it reads from outside itself: the fused node's args.
     # TODO(human): build a module (or function) that runs the chain's ops, writing into one buffer where
-    #   the result fits it (same shape, same dtype), and install it with gm.add_submodule(...).
+    #   the result fits it (same shape, same dtype) and autograd allows it (grad off, or nothing the step
+    #   reads requires grad: README "Autograd"); never write into its inputs. Install it with
+    #   gm.add_submodule(...).
     # TODO(human): insert the fused node where the chain's LAST node is (gm.graph.inserting_before),
     #   point the last node's users at it, then erase the chain's nodes, last first.
     # TODO(human): the graph changed: check it with gm.graph.lint() and regenerate forward().
