@@ -1,11 +1,8 @@
 """Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
-import pytest
-from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_writes_too_much
-
 from graders.katas import REPO_ROOT
+from graders.mutation import Mutant
 
-KATA = "02_matmul_bias_relu"
-REFERENCE = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
+REFERENCE = (REPO_ROOT / "reference" / "02_matmul_bias_relu" / "solution.py").read_text()
 FUSED = "torch.matmul(x, w).add_(b).relu_()"
 BIAS_ADDS = """BIAS_ADDS = [
     lambda p, b: p + b,
@@ -62,11 +59,3 @@ MUTANTS = [
     Mutant("relu_out_of_place", FUSED, "torch.matmul(x, w).add_(b).relu()", caught_at=3),
 ]
 
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
-def test_mutant_is_caught_at_its_level(mutant, tmp_path):
-    assert_caught_at_its_level(tmp_path, KATA, mutant)
-
-
-def test_no_op_fails_the_speed_level_on_bytes_written(tmp_path):
-    assert_no_op_writes_too_much(tmp_path, KATA, NO_OP)

@@ -1,10 +1,6 @@
 """Kata 09: plausible wrong solutions, each caught at the level that should catch it."""
-import pytest
-from graders.mutation import Mutant, assert_caught_at_its_level, assert_no_op_is_timed_too_slow, write_mutant_tree
+from graders.mutation import Mutant
 
-from graders.core import grade
-
-KATA = "09_gelu"
 ERASE_SUBGRAPH = "        dead = {root, *interior}\n"
 NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    replaced = 0\n",
                "    return 0\n    modules = dict(gm.named_modules())\n    replaced = 0\n", caught_at=1)
@@ -37,17 +33,3 @@ MUTANTS = [
            'str(node.target).rsplit(".", 1)[-1] == "tanh"', caught_at=4),
 ]
 
-
-@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
-def test_mutant_is_caught_at_its_level(mutant, tmp_path):
-    assert_caught_at_its_level(tmp_path, KATA, mutant)
-
-
-def test_no_op_fails_the_speed_level(tmp_path):
-    assert_no_op_is_timed_too_slow(tmp_path, KATA, NO_OP)
-
-
-def test_exact_gelu_is_named_in_the_message(tmp_path):
-    results = grade(KATA, write_mutant_tree(tmp_path, KATA, MUTANTS[1]), seed=0, levels=(1,))
-    message = next(r.message for r in results if r.check == "hf_new_gelu")
-    assert "exact (erf) GELU" in message and 'approximate="tanh"' in message
