@@ -83,6 +83,10 @@ def grader_problems(kata: str) -> list[str]:
     from graders.mutation import kata_mutants
 
     grader, problems = load_grader(kata), []
+    missing_levels = sorted({1, 2, 3, 4} - {c.level for c in grader.checks})
+    if missing_levels:
+        problems.append(f"{kata}: the grader has no checks at level(s) {', '.join(map(str, missing_levels))}; "
+                        "every kata grades all four")
     readme = (REPO_ROOT / "katas" / kata / "README.md").read_text()
     for device, value in grader.thresholds.items():
         if not any(s in readme for s in threshold_spellings(value)):
