@@ -32,8 +32,9 @@ def fold_constants(gm: fx.GraphModule) -> int:
 
     A node is constant when it is a get_attr of an attribute the forward never writes, or a
     call_function / call_method node whose inputs are all constant, which draws no random numbers,
-    writes nothing in place, and whose result passes the size cap. Placeholders and call_module
-    nodes are never constant. Outputs must stay bit-identical to the original's.
+    writes nothing in place, and whose result passes the size cap. Placeholders (even one with a
+    default value) and call_module nodes are never constant. Outputs must stay bit-identical to the
+    original's.
 
     Returns the number of call_function and call_method nodes removed from the graph.
     """
@@ -42,11 +43,13 @@ def fold_constants(gm: fx.GraphModule) -> int:
     #   and the `out=` keyword of any call. A write into a view changes the tensor it views: follow
     #   the written node's first argument back. Remember the attribute names (node.target) too.
     # TODO(human): walk the graph in order and evaluate every constant node once, under
-    #   torch.no_grad(), keeping a dict node -> value. get_attr targets are dotted paths.
-    #   fx.node.map_arg(node.args, lambda n: values[n]) swaps the input nodes for their values.
+    #   torch.no_grad() (not torch.inference_mode()), keeping a dict node -> value. get_attr
+    #   targets are dotted paths. fx.node.map_arg(node.args, lambda n: values[n]) swaps the input
+    #   nodes for their values.
     # TODO(human): walk backwards to find which constants a node that stays still reads. Store each
-    #   such tensor once (gm.register_buffer(fresh_name, value, persistent=False)) and point the
-    #   users at one new get_attr node; a non-tensor constant (a shape, a device) stays in the graph.
+    #   such tensor once, detached, under a name no attribute of gm has yet
+    #   (gm.register_buffer(fresh_name, value.detach(), persistent=False)), and point the users at
+    #   one new get_attr node; a non-tensor constant (a shape, a device) stays in the graph.
     # TODO(human): erase the constant nodes nobody reads any more, count the call nodes you erase,
     #   then check the graph (gm.graph.lint()) and regenerate forward().
     raise NotImplementedError("TODO(human): fold_constants")

@@ -6,7 +6,7 @@ import operator
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 # The size cap (README, "The size cap"): a node is folded only if its result is at most
 # max(SIZE_CAP_BYTES, GROWTH_CAP * bytes of its tensor inputs). Small results always fold; a large
@@ -88,30 +88,35 @@ def _nbytes(value) -> int:
 
 
 def _evaluate(node: fx.Node, values: dict):
+    """`node` run on its inputs' values, as a plain tensor: without autograd (no grad_fn keeping the graph
+    back to the parameters alive), and not under torch.inference_mode() (an inference tensor fails later
+    autograd or in-place use). Detached, since `self.w.contiguous()` returns the parameter itself."""
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: values[n])
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)
-    self_value, *rest = args
-    return getattr(self_value, node.target)(*rest, **kwargs)
+    with torch.no_grad():
+        if node.op == "call_function":
+            value = node.target(*args, **kwargs)
+        else:
+            value = getattr(args[0], node.target)(*args[1:], **kwargs)
+    return tree_map_only(torch.Tensor, torch.Tensor.detach, value)
 
 
 def _constant_values(gm: fx.GraphModule) -> dict[fx.Node, object]:
     """The value of every node that is known before the model runs, evaluated once, in graph order."""
     mutated, mutated_targets = _mutated_targets(gm.graph)
     values: dict[fx.Node, object] = {}
-    with torch.no_grad():
-        for node in gm.graph.nodes:
-            if node in mutated:
-                continue
-            if node.op == "get_attr" and node.target not in mutated_targets:
-                values[node] = _fetch_attr(gm, node.target)
-            elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):
-                # Placeholders and call_module nodes never enter `values`, so whatever reads one stays.
-                if all(n in values for n in node.all_input_nodes):
-                    value = _evaluate(node, values)
-                    inputs_bytes = sum(_nbytes(values[n]) for n in node.all_input_nodes)
-                    if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):
-                        values[node] = value
+    for node in gm.graph.nodes:
+        if node in mutated:
+            continue
+        if node.op == "get_attr" and node.target not in mutated_targets:
+            values[node] = _fetch_attr(gm, node.target)
+        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):
+            # Placeholders (even one with a default: the caller may pass another value) and call_module
+            # nodes never enter `values`, so whatever reads one stays.
+            if all(n in values for n in node.all_input_nodes):
+                value = _evaluate(node, values)
+                inputs_bytes = sum(_nbytes(values[n]) for n in node.all_input_nodes)
+                if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):
+                    values[node] = value
     return values
 
 
@@ -152,7 +157,7 @@ def fold_constants(gm: fx.GraphModule) -> int:
     for node in to_store:
         name = _fresh_name(gm, taken)
         # Not persistent: the folded value is derived from the state_dict, not part of it.
-        gm.register_buffer(name, values[node].detach(), persistent=False)
+        gm.register_buffer(name, values[node], persistent=False)
         with graph.inserting_before(node):
             node.replace_all_uses_with(graph.get_attr(name))
 
