@@ -124,11 +124,12 @@ class Kata:
         for index in range(1, n + 1):
             self.add(4, f"model_{index}", run)
 
-    def speed(self, name: str, case, via, *, what: str, hint: str) -> None:
-        """Level 3: the benchmark case must beat the traced original by the manifest's threshold."""
+    def speed(self, name: str, case, via, *, what: str, hint: str, verdict: bool = False) -> None:
+        """Level 3: the benchmark case must beat the traced original by the manifest's threshold (and,
+        with `verdict`, pass the kata's structure verdict too)."""
         from graders import harness
 
-        self.add(3, name, lambda ctx: harness.speed(ctx, case, via, what=what, hint=hint))
+        self.add(3, name, lambda ctx: harness.speed(ctx, case, via, what=what, hint=hint, verdict=verdict))
 
     def checks_at(self, level: int) -> list[Check]:
         return [c for c in self.checks if c.level == level]

@@ -155,12 +155,16 @@ def check(ctx: Context, case: Case, via: Pass) -> dict:
     return figures or {}
 
 
-def speed(ctx: Context, case: Case, via: Pass, *, what: str, hint: str) -> dict:
-    """The L3 verdict on the kata's benchmark case, with the thresholds of the kata's manifest."""
+def speed(ctx: Context, case: Case, via: Pass, *, what: str, hint: str, verdict: bool = False) -> dict:
+    """The L3 verdict on the kata's benchmark case, with the thresholds of the kata's manifest.
+
+    `verdict`: the pass's structure verdict must hold on the benchmark too (after timing, so a pass
+    that changes nothing is still reported by its speed)."""
     run = apply(ctx, case, via)
     batch = case.batch_sizes[0]
-    return assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch), ctx.kata.thresholds,
-                          what=what, hint=hint, max_bytes_fraction=ctx.kata.max_bytes_fraction)
+    figures = assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch), ctx.kata.thresholds,
+                             what=what, hint=hint, max_bytes_fraction=ctx.kata.max_bytes_fraction)
+    return {**figures, **((via.verdict(run) or {}) if verdict and via.verdict else {})}
 
 
 def hidden_rng(ctx: Context) -> random.Random:

@@ -57,5 +57,6 @@ DCE = Pass("eliminate_dead_code", returns=int, verdict=removed_dead_code, what="
 KATA.cases(1, PATTERN_CASES, DCE)
 KATA.cases(2, EXACT_CASES, DCE)
 KATA.speed("stale_aux_head_speedup", BENCHMARK, DCE, what="the module after eliminate_dead_code",
-           hint="the auxiliary head (three Linears, two GELUs, a softmax) is never returned: all of it is dead.")
+           hint="the auxiliary head (three Linears, two GELUs, a softmax) is never returned: all of it is dead.",
+           verdict=True)
 KATA.hidden(hidden_case, DCE)

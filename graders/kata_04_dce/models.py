@@ -208,7 +208,7 @@ BENCHMARK = Case(model("""
     aux_logits.softmax(dim=-1)
     return features""", parts={"body": wide,
                                "aux": lambda: nn.Sequential(wide(), nn.GELU(), wide(), nn.GELU(), wide())}),
-    lambda batch: (torch.randn(batch, BENCHMARK_WIDTH),), mode="eval", batch_sizes=(BENCHMARK_BATCH,))
+    lambda batch: (torch.randn(batch, BENCHMARK_WIDTH),), (6,), mode="eval", batch_sizes=(BENCHMARK_BATCH,))
 
 
 # ----------------------------------------------------------------------------------------------
