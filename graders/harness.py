@@ -122,6 +122,34 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     return Run(ctx, case, via, model, pristine, before, traced, gm, result)
 
 
+def module_states(model: nn.Module) -> dict[str, tuple[type, dict[str, torch.Tensor]]]:
+    """Every module of `model` by path: its type and its own parameters and buffers."""
+    return {path: (type(m), {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
+            for path, m in model.named_modules()}
+
+
+def _described(kind: type | None, state: dict[str, torch.Tensor]) -> str:
+    return "gone" if kind is None else f"a {kind.__name__} holding " + (
+        ", ".join(f"{name} {tuple(t.shape)}" for name, t in state.items()) or "nothing")
+
+
+def assert_model_unchanged(run: Run, hint: str) -> None:
+    """The model that was traced keeps every module's type, parameters and buffers: symbolic_trace shares
+    leaf modules with the caller's model, so a pass that edits them in place (weights, `__class__`)
+    changes the caller's model, even where outputs happen to agree."""
+    now = module_states(run.model)
+    for path, (kind, state) in module_states(run.pristine).items():
+        where, (new_kind, new_state) = f"`{path}`" if path else "(the root)", now.get(path, (None, {}))
+        if new_kind is not kind or state.keys() != new_state.keys():
+            run.fail(f"after {run.via.function}, the module {where} of the model that was traced is "
+                     f"{_described(new_kind, new_state)}; before the pass it was {_described(kind, state)}.", hint)
+        changed = [key for key, t in state.items() if t.shape != new_state[key].shape
+                   or not torch.equal(t, new_state[key])]
+        if changed:
+            run.fail(f"after {run.via.function}, the {kind.__name__} {where} of the model that was traced holds "
+                     f"other values in {', '.join(changed)} than before the pass.", hint)
+
+
 def compare(run: Run) -> None:
     """The rewritten module against the pristine original, as the case asks."""
     how, case = run.case.compare, run.case

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.core import CheckFailed, Context, Kata
-from graders.harness import Pass, Run, apply, on_device
+from graders.harness import Pass, Run, apply, assert_model_unchanged, on_device
 from graders.numerics import assert_same_outputs, input_sets
 
 from .models import BENCHMARK, EXACT_CASES, SINGLE_PAIR, TRAINING_MLP, hidden_case, linear
@@ -120,17 +120,6 @@ def trains_like_the_original(ctx: Context):
                  f"{(got_x.grad - want_x.grad).abs().max().item():.3g}).", "", graphs=False)
 
 
-def module_states(model: nn.Module) -> dict[str, tuple[type, dict[str, torch.Tensor]]]:
-    """Every module of `model` by path: its type and its own parameters and buffers."""
-    return {path: (type(m), {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
-            for path, m in model.named_modules()}
-
-
-def described(kind: type | None, state: dict[str, torch.Tensor]) -> str:
-    return "gone" if kind is None else f"a {kind.__name__} holding " + (
-        ", ".join(f"{name} {tuple(t.shape)}" for name, t in state.items()) or "nothing")
-
-
 @KATA.check(level=2)
 def traced_model_keeps_its_modules(ctx: Context):
     """symbolic_trace shares leaf modules with the caller's model: a pass that turns a Linear into a
@@ -139,18 +128,7 @@ def traced_model_keeps_its_modules(ctx: Context):
             "and install it in gm with gm.set_submodule; never change the caller's modules (their class, "
             "parameters or buffers).")
     for name in ("nested_dotted_names", "relu_module_shared"):
-        run = apply(ctx, EXACT_CASES[name], FUSE)
-        now = module_states(run.model)
-        for path, (kind, state) in module_states(run.pristine).items():
-            where, (new_kind, new_state) = f"`{path}`" if path else "(the root)", now.get(path, (None, {}))
-            if new_kind is not kind or state.keys() != new_state.keys():
-                run.fail(f"after fuse_linear_relu, the module {where} of the model that was traced is "
-                         f"{described(new_kind, new_state)}; before the pass it was {described(kind, state)}.", hint)
-            changed = [key for key, t in state.items() if t.shape != new_state[key].shape
-                       or not torch.equal(t, new_state[key])]
-            if changed:
-                run.fail(f"after fuse_linear_relu, the {kind.__name__} {where} of the model that was traced holds "
-                         f"other values in {', '.join(changed)} than before the pass.", hint)
+        assert_model_unchanged(apply(ctx, EXACT_CASES[name], FUSE), hint)
 
 
 KATA.speed("small_mlp_speedup", BENCHMARK, FUSE, what="the fused MLP",

@@ -8,7 +8,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from graders.core import CheckFailed, Context, Kata
-from graders.harness import Pass, Run, apply
+from graders.harness import Pass, Run, apply, assert_model_unchanged
 from graders.numerics import assert_same_outputs
 from graders.structure import call_module_nodes
 
@@ -107,10 +107,11 @@ KATA.cases(2, EXACT_CASES, FOLD)
 def original_model_unchanged(ctx: Context):
     """symbolic_trace shares leaf modules with the traced model: editing them in place corrupts it."""
     run = apply(ctx, EXACT_CASES["several_blocks_relu"], FOLD)
-    assert_same_outputs(run.pristine, run.model, run.input_sets(),
-                        what="the model that was traced, after the pass ran,",
-                        hint="symbolic_trace shares the conv modules with the original model; fold into a copy "
-                             "(copy.deepcopy(conv)) and install it with gm.set_submodule.")
+    hint = ("symbolic_trace shares the conv modules with the original model; fold into a copy "
+            "(copy.deepcopy(conv)) and install it with gm.set_submodule.")
+    assert_same_outputs(run.pristine, run.model, run.input_sets(), what="the model that was traced, after the pass ran,",
+                        hint=hint)
+    assert_model_unchanged(run, hint)
 
 
 KATA.speed("small_cnn_speedup", BENCHMARK, FOLD, what="the folded small CNN",
