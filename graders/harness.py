@@ -61,11 +61,9 @@ class Pass:
     function: str
     returns: type | tuple[type, ...] = fx.GraphModule
     verdict: Callable[["Run"], dict | None] | None = None
-    what: str = ""  # how messages name the rewritten module
-
-    @property
-    def label(self) -> str:
-        return self.what or f"the module after {self.function}"
+    what: str | Callable[["Run"], str] = ""  # how messages name the rewritten module
+    example_inputs: bool = False  # the pass also takes example inputs (one draw of the case's first batch size)
+    compare_first: bool = False   # compare outputs before the structure verdict (the more telling failure first)
 
 
 @dataclass
@@ -81,9 +79,15 @@ class Run:
     traced: fx.GraphModule    # the GraphModule handed to the pass
     gm: fx.GraphModule        # the rewritten GraphModule (the returned one, or `traced` for in-place passes)
     result: Any               # what the pass returned
+    extra_args: tuple = ()    # what the pass was called with after the GraphModule (example inputs)
 
     def graphs(self) -> str:
         return before_after(self.before, self.gm)
+
+    @property
+    def label(self) -> str:
+        what = self.via.what(self) if callable(self.via.what) else self.via.what
+        return what or f"the module after {self.via.function}"
 
     def fail(self, sentence: str, hint: str | None = None, *, graphs: bool = True):
         """Raise the check's verdict: the sentence, the hint, then the graph before and after the pass."""
@@ -98,7 +102,7 @@ class Run:
 
     def call_again(self, module: fx.GraphModule | None = None):
         """Run the pass once more, on its own result (idempotence checks)."""
-        return self.ctx.call(self.via.function, module or self.gm, returns=self.via.returns)
+        return self.ctx.call(self.via.function, module or self.gm, *self.extra_args, returns=self.via.returns)
 
 
 def build(ctx: Context, case: Case) -> nn.Module:
@@ -116,10 +120,11 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     pristine = copy.deepcopy(model)
     before = case.trace(copy.deepcopy(model))
     traced = case.trace(model)
-    result = ctx.call(via.function, traced, returns=via.returns)
+    extra = (on_device(case.inputs(case.batch_sizes[0]), ctx.device),) if via.example_inputs else ()
+    result = ctx.call(via.function, traced, *extra, returns=via.returns)
     gm = result if isinstance(result, fx.GraphModule) else traced
     assert_valid_graph_module(gm, via.function, in_place=gm is traced and via.returns is not fx.GraphModule)
-    return Run(ctx, case, via, model, pristine, before, traced, gm, result)
+    return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra)
 
 
 def module_states(model: nn.Module) -> dict[str, tuple[type, dict[str, torch.Tensor]]]:
@@ -159,11 +164,11 @@ def compare(run: Run) -> None:
         if callable(how):
             how(run)
         elif how == "bit_exact":
-            assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
+            assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=run.label, hint=case.hint,
                                  graphs=(run.before, run.gm))
         elif how == "allclose":
             rtol, atol = case.tolerance or (RTOL, ATOL)
-            assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=case.hint,
+            assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label, hint=case.hint,
                                 graphs=(run.before, run.gm), seed=1234 if case.rng else None, rtol=rtol, atol=atol)
         else:
             raise ValueError(f"unknown comparison {how!r}")
@@ -178,8 +183,11 @@ def compare(run: Run) -> None:
 def check(ctx: Context, case: Case, via: Pass) -> dict:
     """Apply the pass, give the kata's verdict on the result, then compare it with the original."""
     run = apply(ctx, case, via)
+    if via.compare_first:
+        compare(run)
     figures = via.verdict(run) if via.verdict else None
-    compare(run)
+    if not via.compare_first:
+        compare(run)
     return figures or {}
 
 
