@@ -87,8 +87,8 @@ def speed_level(tmp_path: Path, kata: str, mutant: Mutant) -> CheckResult:
 def assert_no_op_is_timed_too_slow(tmp_path: Path, kata: str, no_op: Mutant) -> None:
     """The speed level fails a pass that changes nothing, on the clock (near 1.0x, under the threshold)."""
     result = speed_level(tmp_path, kata, no_op)
-    assert not result.passed
-    assert 0.8 < result.figures["speedup"] < result.figures["threshold"]
+    assert not result.passed, result.message
+    assert 0.8 < result.figures["speedup"] < result.figures["threshold"], result.message
 
 
 def assert_no_op_writes_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> None:

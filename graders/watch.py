@@ -84,18 +84,22 @@ def wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent) or [indent]
 
 
+def title(kata: str) -> list[str]:
+    return wrap(f"fx-katas watch · {kata}: {KATAS[kata]}", "")
+
+
 def screen(kata: str, result: dict, progress: str, tree: Path, note: str = "") -> str:
     rule = "─" * WIDTH
-    lines = [f"fx-katas watch · {kata}: {KATAS[kata]}", progress, rule, *level_lines(result), rule]
+    lines = [*title(kata), progress, rule, *level_lines(result), rule]
     failures = [CheckResult.from_dict(c) for c in result.get("checks", []) if not c["passed"] and not c["skipped"]]
     if result.get("status") != "graded":
         lines += [f"Grading {result['status']}:", *wrap(result["message"])]
     elif failures:
         first = failures[0]
         sentence = first.message.split("\n\n")[0]  # the sentence and hint; the graph dumps follow a blank line
-        lines += [f"First failing check: {first.test_id}", *wrap(sentence),
-                  f"  (every check: uv run pytest katas/{kata}"
-                  + ("" if tree.resolve() == (REPO_ROOT / "katas").resolve() else f" --solutions {tree}") + ")"]
+        every = f"uv run pytest katas/{kata}" + (
+            "" if tree.resolve() == (REPO_ROOT / "katas").resolve() else f" --solutions {tree}")
+        lines += [f"First failing check: {first.test_id}", *wrap(sentence), *wrap(f"(every check: {every})")]
     else:
         lines += [f"✓ {kata} is complete."]
     if note:
@@ -153,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             note, regrade = "", True
             while True:
                 if regrade:
-                    show(f"fx-katas watch · {kata}: {KATAS[kata]}\n\nGrading {args.solutions / kata}/solution.py ...")
+                    show("\n".join([*title(kata), "", *wrap(f"Grading {args.solutions / kata}/solution.py ...", "")]))
                     known[kata] = grade(kata, args)
                     remember(args.solutions, {kata: known[kata]})
                     if is_complete(known[kata]) and next_kata(kata):
