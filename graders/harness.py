@@ -65,6 +65,11 @@ class Pass:
     example_inputs: bool = False  # the pass also takes example inputs (one draw of the case's first batch size)
     compare_first: bool = False   # compare outputs before the structure verdict (the more telling failure first)
 
+    @property
+    def label(self) -> str:
+        """How messages name the rewritten module, where that does not depend on the run (see Run.label)."""
+        return (None if callable(self.what) else self.what) or f"the module after {self.function}"
+
 
 @dataclass
 class Run:
@@ -86,8 +91,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        what = self.via.what(self) if callable(self.via.what) else self.via.what
-        return what or f"the module after {self.via.function}"
+        return self.via.what(self) if callable(self.via.what) else self.via.label
 
     def fail(self, sentence: str, hint: str | None = None, *, graphs: bool = True):
         """Raise the check's verdict: the sentence, the hint, then the graph before and after the pass."""

@@ -23,6 +23,7 @@ import concurrent.futures
 import datetime
 import hashlib
 import json
+import os
 import platform
 import resource
 import shutil
@@ -54,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--team", help="store this run as the team's and regenerate the leaderboard")
     parser.add_argument("--submissions", type=Path, metavar="DIR",
                         help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="grade the correctness levels of N katas at once (speed levels always run alone)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), metavar="N",
+                        help="grade the correctness levels of N katas at once (default: one per core; speed levels "
+                             "always run alone, afterwards)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the run's raw results to FILE")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed levels (L3)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

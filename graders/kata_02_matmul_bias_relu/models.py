@@ -81,7 +81,7 @@ def net(*blocks: nn.Module) -> PathChain:
 def outputs_match(run: Run) -> None:
     """The standard comparison; a crash of the rewritten module (addmm on a 3-D input) gets the hint too."""
     try:
-        assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.via.label, hint=run.case.hint,
+        assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label, hint=run.case.hint,
                             graphs=(run.before, run.gm))
     except CheckFailed as failure:
         hinted = "Hint:" in str(failure)  # else the rewritten module crashed: no hint, no graphs yet

@@ -104,7 +104,7 @@ def case(build, replaced: int, hint: str, *shapes: tuple, dtype=torch.float32, *
     ((257,) by default); outputs compared with the tolerances above."""
     return Case(build, lambda batch: tuple(torch.empty(batch, *shape, dtype=dtype).uniform_(-INPUT_RANGE, INPUT_RANGE)
                                            for shape in shapes or ((257,),)), replaced, hint, **options,
-                compare=lambda run: assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.via.label,
+                compare=lambda run: assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label,
                                                         rtol=GELU_RTOL, atol=GELU_ATOL, hint=run.case.hint,
                                                         graphs=(run.before, run.gm)))
 
