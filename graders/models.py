@@ -1,9 +1,12 @@
-"""Helpers for building graded models with random names and nesting, shared by the kata graders."""
+"""Helpers for building graded models with random names and nesting, and models as data (Program), shared by
+the kata graders."""
 from __future__ import annotations
 
 import keyword
 import random
+from typing import Callable
 
+import torch
 import torch.nn as nn
 
 _SYLLABLES = ["enc", "dec", "blk", "layer", "stage", "unit", "proj", "head", "body", "trunk", "mix", "cell"]
@@ -15,6 +18,20 @@ def random_identifier(rng: random.Random) -> str:
         name = f"{rng.choice(_SYLLABLES)}{rng.randrange(100)}_{rng.choice(_SYLLABLES)}"
         if not keyword.iskeyword(name):
             return name
+
+
+def random_identifiers(rng: random.Random, n: int) -> list[str]:
+    """`n` distinct fresh identifiers, drawn in turn (a repeat is drawn again)."""
+    names: list[str] = []
+    while len(names) < n:
+        if (name := random_identifier(rng)) not in names:
+            names.append(name)
+    return names
+
+
+def random_path(rng: random.Random, deepest: int, index: int) -> str:
+    """A dotted path of 1 to `deepest` fresh identifiers, ending in `_<index>` so that no two paths collide."""
+    return ".".join(random_identifier(rng) for _ in range(rng.randint(1, deepest))) + f"_{index}"
 
 
 def nest_under(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -40,3 +57,25 @@ class PathChain(nn.Module):
         for path in self.order:
             x = self.get_submodule(path)(x)
         return x
+
+
+class Program(nn.Module):
+    """A model as data: forward(x) returns program(self, x). Each part is installed at its (possibly dotted)
+    name: a module or parameter as itself, a plain tensor as a buffer, anything else as a plain attribute."""
+
+    def __init__(self, program: Callable | None, **parts):
+        super().__init__()
+        self.program = program
+        for path, part in parts.items():
+            nest_under(self, path, nn.Buffer(part) if type(part) is torch.Tensor else part)
+
+    def forward(self, x):
+        return self.program(self, x)
+
+
+class Program2(Program):
+    """A Program of two inputs: forward(x, y=None) returns program(self, x, y). A separate class because
+    symbolic_trace makes one placeholder per parameter of forward (and cannot trace *inputs)."""
+
+    def forward(self, x, y=None):
+        return self.program(self, x, y)

@@ -28,8 +28,7 @@ PER_FUSION = {
 
 
 def fused_type(ctx: Context) -> type:
-    cls = getattr(ctx.solution, "FusedLinearReLU", None)
-    if not isinstance(cls, type):
+    if not isinstance(cls := getattr(ctx.solution, "FusedLinearReLU", None), type):
         raise CheckFailed(f"{ctx.solution_path} has no class FusedLinearReLU: the kata asks for "
                           f"{KATA.api['FusedLinearReLU']}.")
     return cls
@@ -53,7 +52,6 @@ def parameter_count(module: nn.Module) -> int:
 
 
 def fused_as_expected(run: Run) -> dict:
-    """As many fusions as the case expects (None: either answer is right), and the parameter count unchanged."""
     fused_class = fused_type(run.ctx)
     before, after = nodes_by_kind(run.before, fused_class), nodes_by_kind(run.gm, fused_class)
     for kind, (what, change, hint) in PER_FUSION.items() if run.case.expect is not None else ():
@@ -82,8 +80,7 @@ def fused_module(ctx: Context):
                           f"{parameter_count(expected)}. Hint: keep the Linear's weight and bias as its parameters.")
     inputs = input_sets(lambda batch: on_device((torch.randn(batch, 10),), ctx.device))
     with torch.no_grad():
-        x = inputs[0][0]
-        got = module(x)
+        got = module(x := inputs[0][0])
         slips = {"the ReLU is missing": expected(x), "the bias is missing": torch.relu(x @ expected.weight.T)}
     for slip, wrong in slips.items():
         if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(got, wrong, atol=1e-5):
@@ -121,9 +118,7 @@ def trains_like_the_original(ctx: Context):
 
 
 @KATA.check(level=2)
-def traced_model_keeps_its_modules(ctx: Context):
-    """symbolic_trace shares leaf modules with the caller's model: a pass that turns a Linear into a
-    FusedLinearReLU in place (`__class__`, parameters) changes the caller's model, though outputs agree."""
+def traced_model_keeps_its_modules(ctx: Context):  # even where outputs agree
     hint = ("symbolic_trace shares the Linear modules with the caller's model: build a new FusedLinearReLU(linear) "
             "and install it in gm with gm.set_submodule; never change the caller's modules (their class, "
             "parameters or buffers).")

@@ -16,14 +16,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.harness import Case
-from graders.models import PathChain, random_identifier
+from graders.models import PathChain, Program, random_identifiers, random_path
 
 
 def linear(fin: int, fout: int, *, bias: bool = True) -> nn.Linear:
     layer = nn.Linear(fin, fout, bias=bias)
     if bias:
-        with torch.no_grad():
-            layer.bias.uniform_(-1, 1)
+        nn.init.uniform_(layer.bias, -1, 1)
     return layer
 
 
@@ -39,47 +38,30 @@ LOOK_ALIKES = {"relu6_module": nn.ReLU6(), "leaky_relu_module": nn.LeakyReLU(0.1
                "functional_leaky_relu": functools.partial(F.leaky_relu, negative_slope=0.1)}
 ACTIVATIONS.update(LOOK_ALIKES)
 
-# How a block wires its Linear and its activation around its input x. Only pair and residual may fuse;
-# linear_module_shared may fuse or not (the module is installed by name, so either way both sites agree).
+# How a block wires its Linear `fc` and its activation `act` around its input x (m: the block). Only pair and
+# residual may fuse; linear_module_shared may fuse or not (the module is installed by name, so both sites agree).
 WIRINGS = {
-    "pair": lambda b, x: b.activate(b.linear_out(x)),
-    "residual": lambda b, x: x + b.activate(b.linear_out(x)),
-    "dropout_between": lambda b, x: b.activate(b.dropout(b.linear_out(x))),
-    "linear_output_used_twice": lambda b, x: torch.sigmoid(y := b.linear_out(x)) * b.activate(y),
-    "no_activation": lambda b, x: torch.tanh(b.linear_out(x)),
-    "relu_output_used_twice": lambda b, x: (z := b.activate(b.linear_out(x))) * torch.sigmoid(z) + z,
-    "linear_module_shared": lambda b, x: b.activate(b.linear_out(x)) + torch.sigmoid(b.linear_out(x * 2)),
+    "pair": lambda fc, act, m, x: act(fc(x)),
+    "residual": lambda fc, act, m, x: x + act(fc(x)),
+    "dropout_between": lambda fc, act, m, x: act(m.dropout(fc(x))),
+    "linear_output_used_twice": lambda fc, act, m, x: torch.sigmoid(y := fc(x)) * act(y),
+    "no_activation": lambda fc, act, m, x: torch.tanh(fc(x)),
+    "relu_output_used_twice": lambda fc, act, m, x: (z := act(fc(x))) * torch.sigmoid(z) + z,
+    "linear_module_shared": lambda fc, act, m, x: act(fc(x)) + torch.sigmoid(fc(x * 2)),
     # One ReLU module after two Linears and once more on its own: the pairs fuse, the module stays.
-    "relu_module_shared": lambda b, x: b.activate(b.fc2(b.activate(b.linear_out(x)))) + b.activate(x - 0.5),
+    "relu_module_shared": lambda fc, act, m, x: act(m.fc2(act(fc(x)))) + act(x - 0.5),
 }
 
 
-class Block(nn.Module):
-    """A Linear and an activation, under names the grader picks, wired as WIRINGS[kind] says."""
-
-    def __init__(self, kind: str, spelling: str, fc: nn.Linear, names: tuple[str, str] = ("fc", "act")):
-        super().__init__()
-        self.kind, self.spelling, self.names = kind, spelling, names
-        self.add_module(names[0], fc)
-        if isinstance(ACTIVATIONS[spelling], nn.Module):
-            self.add_module(names[1], copy.deepcopy(ACTIVATIONS[spelling]))
-        if kind == "dropout_between":
-            self.dropout = nn.Dropout(0.3)
-        if kind == "relu_module_shared":
-            self.fc2 = linear(fc.out_features, fc.out_features)
-
-    def linear_out(self, x):
-        return self._modules[self.names[0]](x)
-
-    def activate(self, y):
-        return self._modules.get(self.names[1], ACTIVATIONS[self.spelling])(y)
-
-    def forward(self, x):
-        return WIRINGS[self.kind](self, x)
-
-    @property
-    def fusable(self) -> bool:
-        return self.kind in ("pair", "residual") and self.spelling in RELU_SPELLINGS
+def block(kind: str, spelling: str, fc: nn.Linear, names: tuple | list = ("fc", "act")) -> Program:
+    """A Linear and an activation (a module: a copy installed on the block), under names the grader picks."""
+    activation = ACTIVATIONS[spelling]
+    parts = {names[0]: fc, **({names[1]: copy.deepcopy(activation)} if isinstance(activation, nn.Module) else {})}
+    if kind == "dropout_between":
+        parts["dropout"] = nn.Dropout(0.3)
+    if kind == "relu_module_shared":
+        parts["fc2"] = linear(fc.out_features, fc.out_features)
+    return Program(lambda m, x: WIRINGS[kind](getattr(m, names[0]), getattr(m, names[1], activation), m, x), **parts)
 
 
 def mlp(spellings: list[str], width: int = 12) -> nn.Module:
@@ -87,17 +69,11 @@ def mlp(spellings: list[str], width: int = 12) -> nn.Module:
     layers = OrderedDict()
     for i, spelling in enumerate(spellings, 1):
         layers[f"fc{i}"], layers[f"act{i}"] = linear(width, width), copy.deepcopy(ACTIVATIONS[spelling])
-    layers[f"fc{len(spellings) + 1}"] = linear(width, 5)
-    return nn.Sequential(layers)
+    return nn.Sequential(layers | {f"fc{len(spellings) + 1}": linear(width, 5)})
 
 
 def one_block(spelling: str, kind: str = "pair", *, bias: bool = True, fin: int = 10, fout: int = 7):
-    return lambda: Block(kind, spelling, linear(fin, fout, bias=bias))
-
-
-def nested() -> nn.Module:
-    return PathChain([(f"encoder.blocks.{i}", Block("pair", spelling, linear(9, 9)))
-                      for i, spelling in enumerate(["relu_module", "functional_relu", "method_relu_inplace"])])
+    return lambda: block(kind, spelling, linear(fin, fout, bias=bias))
 
 
 def case(build, in_shape: tuple, fused: int | None, hint: str, *, dtype=torch.float32, **options) -> Case:
@@ -118,9 +94,11 @@ EXACT_CASES: dict[str, Case] = {
                                 "a Linear built with bias=False has linear.bias None."),
     "sequence_input": case(one_block("method_relu", fin=6, fout=6), (5, 6), 1,
                            "nn.Linear accepts inputs of any rank (..., in_features); so must the fused module."),
-    "nested_dotted_names": case(nested, (9,), 3,
-                                "node.target is a dotted path ('encoder.blocks.0.fc'); gm.get_submodule and "
-                                "gm.set_submodule accept it, setattr does not."),
+    "nested_dotted_names": case(
+        lambda: PathChain([(f"encoder.blocks.{i}", block("pair", spelling, linear(9, 9)))
+                           for i, spelling in enumerate(["relu_module", "functional_relu", "method_relu_inplace"])]),
+        (9,), 3, "node.target is a dotted path ('encoder.blocks.0.fc'); gm.get_submodule and gm.set_submodule "
+                 "accept it, setattr does not."),
     "float64_model": case(lambda: mlp(["relu_module", "relu_module_inplace"]).double(), (12,), 2,
                           "the fused module must compute in the Linear's dtype.", dtype=torch.float64),
     "relu_output_used_twice": case(one_block("functional_relu", "relu_output_used_twice", fin=8, fout=8), (8,), 1,
@@ -170,13 +148,10 @@ def hidden_case(rng: random.Random) -> Case:
         # Most pairs use a ReLU spelling; some use a look-alike that must stay.
         spelling = rng.choice(list(LOOK_ALIKES)) if rng.random() < 0.2 else rng.choice(RELU_SPELLINGS)
         fout = width if kind in ("residual", "linear_output_used_twice") else rng.choice([6, 8, 12, 16, 24])
-        names = (random_identifier(rng), random_identifier(rng))
-        while names[1] == names[0]:
-            names = (names[0], random_identifier(rng))
-        block = Block(kind, spelling, linear(width, fout, bias=rng.random() < 0.7), names)
-        fused += block.fusable
-        path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 3))) + f"_{len(blocks)}"
-        blocks.append((path, block))
+        names = random_identifiers(rng, 2)
+        fc_act = block(kind, spelling, linear(width, fout, bias=rng.random() < 0.7), names)
+        blocks.append((random_path(rng, 3, len(blocks)), fc_act))
+        fused += kind in FUSABLE_KINDS and spelling in RELU_SPELLINGS
         width = fout
     in_shape = (in_width,) if rng.random() < 0.6 else (rng.randint(2, 5), in_width)
     return case(lambda: PathChain(blocks), in_shape, fused, "the pass must work for any names, nesting depth and "

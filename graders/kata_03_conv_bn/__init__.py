@@ -89,14 +89,8 @@ def check_fold_weights(ctx: Context, *, with_optional: bool) -> None:
             )
 
 
-@KATA.check(level=1)
-def fold_weights(ctx: Context):
-    check_fold_weights(ctx, with_optional=True)
-
-
-@KATA.check(level=1)
-def fold_weights_optional_none(ctx: Context):
-    check_fold_weights(ctx, with_optional=False)
+KATA.add(1, "fold_weights", lambda ctx: check_fold_weights(ctx, with_optional=True))
+KATA.add(1, "fold_weights_optional_none", lambda ctx: check_fold_weights(ctx, with_optional=False))
 
 
 KATA.cases(1, {"single_pair": SINGLE_PAIR}, FOLD)

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.harness import Case
-from graders.models import PathChain, random_identifier
+from graders.models import PathChain, Program, random_identifiers, random_path
 
 
 def bn2d(channels: int, *, affine: bool = True, track_running_stats: bool = True) -> nn.BatchNorm2d:
@@ -38,74 +38,29 @@ def conv2d(cin: int, cout: int, kernel=3, *, bias: bool = True, transposed: bool
     return conv
 
 
-class ConvBN(nn.Module):
-    def __init__(self, conv: nn.Module, bn: nn.BatchNorm2d, relu: bool = False):
-        super().__init__()
-        self.conv, self.bn, self.relu = conv, bn, relu
-
-    def forward(self, x):
-        y = self.bn(self.conv(x))
-        return F.relu(y) if self.relu else y
-
-
-class Residual(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.conv1, self.bn1 = conv2d(channels, channels, bias=False), bn2d(channels)
-        self.conv2, self.bn2 = conv2d(channels, channels, bias=False), bn2d(channels)
-
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + x)
+# How a block wires its conv and its BN around the input x: (conv, bn, x) -> the block's output.
+WIRINGS = {
+    "plain": lambda conv, bn, x: bn(conv(x)),
+    "relu": lambda conv, bn, x: F.relu(bn(conv(x))),
+    "conv_output_used_twice": lambda conv, bn, x: bn(y := conv(x)) + y,  # the add must see the un-normalised y
+    "conv_module_shared": lambda conv, bn, x: bn(conv(x)) + torch.sigmoid(conv(x * 2)),
+    "bn_after_relu": lambda conv, bn, x: bn(torch.relu(conv(x))),
+    # The hidden blocks' own (HIDDEN_WIRINGS).
+    "residual": lambda conv, bn, x: x + bn(conv(x)),
+    "output_times_sigmoid": lambda conv, bn, x: bn(y := conv(x)) * torch.sigmoid(y),
+    "torch_relu": lambda conv, bn, x: torch.relu(bn(conv(x))),
+}
 
 
-class ConvUsedTwice(nn.Module):
-    """The conv output feeds the BN and an addition: folding would change the addition's input."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv, self.bn = conv2d(4, 4), bn2d(4)
-
-    def forward(self, x):
-        y = self.conv(x)
-        return self.bn(y) + y
+def conv_bn(conv: nn.Module, bn: nn.Module, wiring: str = "plain", names: tuple | list = ("conv", "bn")) -> Program:
+    """A conv and a BN installed under `names`, wired as WIRINGS[wiring] says."""
+    return Program(lambda m, x: WIRINGS[wiring](*(getattr(m, n) for n in names), x), **dict(zip(names, (conv, bn))))
 
 
-class SharedConv(nn.Module):
-    """One conv module called at two sites, only one followed by a BN."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv, self.bn = conv2d(4, 4), bn2d(4)
-
-    def forward(self, x):
-        return self.bn(self.conv(x)) + torch.sigmoid(self.conv(x * 2))
-
-
-class BNAfterReLU(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv, self.bn = conv2d(3, 5), bn2d(5)
-
-    def forward(self, x):
-        return self.bn(torch.relu(self.conv(x)))
-
-
-class Nested(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Module()
-        self.features.stage_1 = nn.ModuleDict({"unit0": ConvBN(conv2d(3, 6), bn2d(6), relu=True),
-                                               "unit1": ConvBN(conv2d(6, 6, bias=False), bn2d(6))})
-
-    def forward(self, x):
-        for unit in self.features.stage_1.values():
-            x = unit(x)
-        return x
-
-
-def seq(*blocks: nn.Module) -> nn.Sequential:
-    return nn.Sequential(*blocks)
+def residual(channels: int) -> Program:
+    return Program(lambda m, x: torch.relu(m.bn2(m.conv2(torch.relu(m.bn1(m.conv1(x))))) + x),
+                   conv1=conv2d(channels, channels, bias=False), bn1=bn2d(channels),
+                   conv2=conv2d(channels, channels, bias=False), bn2=bn2d(channels))
 
 
 def in_training_mode(model: nn.Module, *paths: str) -> nn.Module:
@@ -130,45 +85,51 @@ def case(build, in_shape: tuple, bn_left: int | None, hint: str, **options) -> C
 
 
 FOLD_ALL = "every Conv2d -> BatchNorm2d pair in this model is safe to fold."
-SINGLE_PAIR = case(lambda: ConvBN(conv2d(3, 8), bn2d(8)), (3, 10), 0,
+SINGLE_PAIR = case(lambda: conv_bn(conv2d(3, 8), bn2d(8)), (3, 10), 0,
                    "replace the BN node's uses by the conv node, erase the BN node, and load the fused weights "
                    "into the conv.")
 EXACT_CASES: dict[str, Case] = {
-    "several_blocks_relu": case(lambda: seq(*(ConvBN(conv2d(c, 8), bn2d(8), relu=True) for c in (3, 8, 8))),
+    "several_blocks_relu": case(lambda: nn.Sequential(*(conv_bn(conv2d(c, 8), bn2d(8), "relu") for c in (3, 8, 8))),
                                 (3, 12), 0, FOLD_ALL),
-    "conv_without_bias": case(lambda: ConvBN(conv2d(3, 6, bias=False), bn2d(6)), (3, 10), 0,
+    "conv_without_bias": case(lambda: conv_bn(conv2d(3, 6, bias=False), bn2d(6)), (3, 10), 0,
                               "a conv without bias still gets one: b' = (0 - mean) * scale + beta."),
-    "depthwise": case(lambda: ConvBN(conv2d(6, 6, groups=6), bn2d(6)), (6, 10), 0,
+    "depthwise": case(lambda: conv_bn(conv2d(6, 6, groups=6), bn2d(6)), (6, 10), 0,
                       "keep the conv's groups: copy the conv module rather than building a new one by hand."),
-    "grouped": case(lambda: ConvBN(conv2d(8, 12, groups=4), bn2d(12)), (8, 10), 0,
+    "grouped": case(lambda: conv_bn(conv2d(8, 12, groups=4), bn2d(12)), (8, 10), 0,
                     "the scale is per *output* channel, dimension 0 of the weight, whatever the groups."),
     "stride_dilation_padding": case(
-        lambda: seq(ConvBN(conv2d(4, 6, 3, stride=2, padding=2, dilation=2, padding_mode="reflect"), bn2d(6)),
-                    ConvBN(conv2d(6, 5, (3, 5), stride=(2, 1), padding=(1, 2), padding_mode="circular"), bn2d(5))),
+        lambda: nn.Sequential(
+            conv_bn(conv2d(4, 6, 3, stride=2, padding=2, dilation=2, padding_mode="reflect"), bn2d(6)),
+            conv_bn(conv2d(6, 5, (3, 5), stride=(2, 1), padding=(1, 2), padding_mode="circular"), bn2d(5))),
         (4, 17, 15), 0, "keep stride, padding, dilation and padding_mode: copy the conv module."),
-    "residual": case(lambda: Residual(6), (6, 9), 0, FOLD_ALL),
-    "nested_dotted_names": case(Nested, (3, 8), 0, "node.target is a dotted path ('features.stage_1.unit0.conv'); "
-                                                   "gm.get_submodule and gm.set_submodule accept it."),
-    "bn_affine_false": case(lambda: ConvBN(conv2d(3, 4), bn2d(4, affine=False)), (3, 8), 0,
+    "residual": case(lambda: residual(6), (6, 9), 0, FOLD_ALL),
+    "nested_dotted_names": case(
+        lambda: Program(lambda m, x: m.features.stage_1.unit1(m.features.stage_1.unit0(x)),
+                        **{"features.stage_1": nn.ModuleDict({"unit0": conv_bn(conv2d(3, 6), bn2d(6), "relu"),
+                                                              "unit1": conv_bn(conv2d(6, 6, bias=False), bn2d(6))})}),
+        (3, 8), 0, "node.target is a dotted path ('features.stage_1.unit0.conv'); gm.get_submodule and "
+                   "gm.set_submodule accept it."),
+    "bn_affine_false": case(lambda: conv_bn(conv2d(3, 4), bn2d(4, affine=False)), (3, 8), 0,
                             "with affine=False, bn.weight and bn.bias are None: gamma = 1, beta = 0."),
-    "float64_model": case(lambda: Residual(4).double(), (4, 7), 0,
+    "float64_model": case(lambda: residual(4).double(), (4, 7), 0,
                           "the fused parameters must keep the model's dtype.", dtype=torch.float64),
-    "bn_in_training_mode": case(lambda: in_training_mode(ConvBN(conv2d(3, 4), bn2d(4)), "bn"), (3, 8), 1,
+    "bn_in_training_mode": case(lambda: in_training_mode(conv_bn(conv2d(3, 4), bn2d(4)), "bn"), (3, 8), 1,
                                 "in training mode a BN normalises with the batch's statistics: leave it.", mode=None),
     "conv_in_training_mode": case(
-        lambda: in_training_mode(ConvBN(conv2d(3, 4), bn2d(4)), "conv"), (3, 8), None,
+        lambda: in_training_mode(conv_bn(conv2d(3, 4), bn2d(4)), "conv"), (3, 8), None,
         "a Conv2d computes the same in either mode, so folding it into an eval BN is exact; PyTorch's "
         "fuse_conv_bn_eval refuses it (\"Fusion only for eval!\"). Either answer is accepted.", mode=None),
-    "bn_without_running_stats": case(lambda: ConvBN(conv2d(3, 4), bn2d(4, track_running_stats=False)), (3, 8), 1,
+    "bn_without_running_stats": case(lambda: conv_bn(conv2d(3, 4), bn2d(4, track_running_stats=False)), (3, 8), 1,
                                      "with track_running_stats=False a BN uses batch statistics even in eval mode."),
-    "conv_output_used_twice": case(ConvUsedTwice, (4, 8), 1,
+    "conv_output_used_twice": case(lambda: conv_bn(conv2d(4, 4), bn2d(4), "conv_output_used_twice"), (4, 8), 1,
                                    "the conv's output has a second user that must keep seeing the un-normalised values."),
-    "conv_module_shared": case(SharedConv, (4, 8), None,
+    "conv_module_shared": case(lambda: conv_bn(conv2d(4, 4), bn2d(4), "conv_module_shared"), (4, 8), None,
                                "the conv module is called at two sites: changing its weights changes both."),
-    "bn_after_relu": case(BNAfterReLU, (3, 8), 1, "only a BN whose input is the conv's output can fold."),
+    "bn_after_relu": case(lambda: conv_bn(conv2d(3, 5), bn2d(5), "bn_after_relu"), (3, 8), 1,
+                          "only a BN whose input is the conv's output can fold."),
     "conv_transpose": case(
-        lambda: seq(ConvBN(conv2d(4, 6, transposed=True, stride=2, groups=2), bn2d(6), relu=True),
-                    ConvBN(conv2d(6, 5), bn2d(5))), (4, 7), None,
+        lambda: nn.Sequential(conv_bn(conv2d(4, 6, transposed=True, stride=2, groups=2), bn2d(6), "relu"),
+                              conv_bn(conv2d(6, 5), bn2d(5))), (4, 7), None,
         "a ConvTranspose2d keeps its output channels in dimension 1 of its weight (in, out / groups, kh, kw): "
         "the Conv2d formula scales the wrong dimension. Fold only a Conv2d, or scale dimension 1 per group."),
 }
@@ -176,8 +137,8 @@ EXACT_CASES: dict[str, Case] = {
 # The L3 benchmark: a small edge CNN, batch 1, where each op's fixed cost is a large share of its time,
 # so removing a third of the ops pays (README, "Where folding pays").
 BENCHMARK_BLOCKS, BENCHMARK_CHANNELS, BENCHMARK_SIZE = 8, 16, 8
-BENCHMARK = case(lambda: seq(*(ConvBN(conv2d(BENCHMARK_CHANNELS, BENCHMARK_CHANNELS, bias=False),
-                                      bn2d(BENCHMARK_CHANNELS), relu=True) for _ in range(BENCHMARK_BLOCKS))),
+BENCHMARK = case(lambda: nn.Sequential(*(conv_bn(conv2d(BENCHMARK_CHANNELS, BENCHMARK_CHANNELS, bias=False),
+                                                bn2d(BENCHMARK_CHANNELS), "relu") for _ in range(BENCHMARK_BLOCKS))),
                  (BENCHMARK_CHANNELS, BENCHMARK_SIZE), 0, "", batch_sizes=(1,))
 
 
@@ -186,25 +147,8 @@ BENCHMARK = case(lambda: seq(*(ConvBN(conv2d(BENCHMARK_CHANNELS, BENCHMARK_CHANN
 # fold and pairs where either answer is right mixed in. The generator knows which BatchNorm counts a
 # correct pass may leave.
 
-class HiddenBlock(nn.Module):
-    def __init__(self, kind: str, conv: nn.Module, bn: nn.BatchNorm2d, names: tuple[str, str]):
-        super().__init__()
-        self.kind, self.names = kind, names
-        setattr(self, names[0], conv)
-        setattr(self, names[1], bn)
-
-    def forward(self, x):
-        conv, bn = getattr(self, self.names[0]), getattr(self, self.names[1])
-        if self.kind == "residual":
-            return x + bn(conv(x))
-        if self.kind == "conv_output_used_twice":
-            y = conv(x)
-            return bn(y) * torch.sigmoid(y)
-        if self.kind == "bn_after_relu":
-            return bn(torch.relu(conv(x)))
-        return torch.relu(bn(conv(x)))
-
-
+HIDDEN_WIRINGS = {"residual": "residual", "conv_output_used_twice": "output_times_sigmoid",
+                  "bn_after_relu": "bn_after_relu"}  # every other kind: "torch_relu"
 FOLDABLE_KINDS = ["plain", "plain", "residual", "residual"]
 UNFOLDABLE_KINDS = ["conv_output_used_twice", "bn_after_relu", "bn_in_training_mode"]
 EITHER_KINDS = ["conv_in_training_mode", "conv_transpose"]  # folding is exact if done right, and optional
@@ -228,11 +172,9 @@ def hidden_case(rng: random.Random) -> Case:
             else "zeros"
         conv = conv2d(channels, cout, kernel, bias=rng.random() < 0.5, stride=stride, padding=padding,
                       dilation=dilation, groups=groups, padding_mode=padding_mode, transposed=transposed)
-        names = (random_identifier(rng), random_identifier(rng))
-        while names[1] == names[0]:
-            names = (names[0], random_identifier(rng))
-        path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 3))) + f"_{len(blocks)}"
-        blocks.append((path, HiddenBlock(kind, conv, bn2d(cout, affine=rng.random() < 0.7), names)))
+        names, path = random_identifiers(rng, 2), random_path(rng, 3, len(blocks))
+        bn = bn2d(cout, affine=rng.random() < 0.7)
+        blocks.append((path, conv_bn(conv, bn, HIDDEN_WIRINGS.get(kind, "torch_relu"), names)))
         must_leave += kind in UNFOLDABLE_KINDS
         may_leave += kind in EITHER_KINDS
         if kind.endswith("_in_training_mode"):

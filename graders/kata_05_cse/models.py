@@ -14,26 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.harness import Case
-from graders.models import nest_under, random_identifier
+from graders.models import Program, Program2, random_path
 
 
-class Net(nn.Module):
-    """A forward written as a plain function of (model, *inputs), and the leaf modules it calls."""
-    def __init__(self, forward: Callable, **modules: nn.Module):
-        super().__init__()
-        self.body = forward
-        for path, module in modules.items():
-            nest_under(self, path, module)
-
-    def forward(self, x):
-        return self.body(self, x)
-
-
-class Net2(Net):
-    def forward(self, x, y):
-        return self.body(self, x, y)
-
-
+# Every model is a Program (graders/models.py): its forward a function of (model, *inputs), with the modules it calls.
 def case(build, widths, merges: int | tuple[int, int], hint: str, **options) -> Case:
     """A model on random (batch, width) inputs, one per width (or `widths` is the batch -> inputs function)."""
     inputs = widths if callable(widths) or widths is None else lambda b: tuple(torch.randn(b, w) for w in widths)
@@ -108,91 +92,92 @@ def tensor_constant_args() -> fx.GraphModule:
 
 
 DUPLICATE_CHAINS = case(
-    lambda: Net2(duplicate_chains), (5, 5), 5,
+    lambda: Program2(duplicate_chains), (5, 5), 5,
     "sin, mul, exp, sum and cat each appear twice with the same inputs once the earlier ones are merged. "
     "Walk the nodes in order, keep the first of each expression, and replace a later copy's uses at once "
     "so its users' keys name the first copy too.")
 NOTHING_TO_MERGE = case(
-    lambda: Net2(lambda m, x, y: (x - y, y - x, torch.sin(x), torch.sin(y), x.sum(0), x.sum(1), m.proj(x),
-                                  m.proj(y)), proj=nn.Linear(6, 6)), (6, 6), 0,
+    lambda: Program2(lambda m, x, y: (x - y, y - x, torch.sin(x), torch.sin(y), x.sum(0), x.sum(1), m.proj(x),
+                                      m.proj(y)), proj=nn.Linear(6, 6)), (6, 6), 0,
     "two nodes are the same expression only if op, target, args (in order) and kwargs all match.")
 
 KEEP_RANDOM = "a random op draws new numbers at each call: two calls are two different values."
 KEEP_INPLACE = "an in-place op is a write, not a value: never merge it, and never merge across it."
 EXACT_CASES: dict[str, Case] = {
     "int_and_float_constants": case(
-        lambda: Net(lambda m, x: (x + 1, x + 1.0, x * 2, x * 2.0)), lambda b: (torch.randint(-5, 5, (b, 6)),), 0,
+        lambda: Program(lambda m, x: (x + 1, x + 1.0, x * 2, x * 2.0)), lambda b: (torch.randint(-5, 5, (b, 6)),), 0,
         "1 == 1.0 and hash(1) == hash(1.0), but x + 1 keeps an integer x integer and x + 1.0 does not: "
         "a key must hold each constant's type."),
     "bool_and_int_constants": case(
-        lambda: Net(lambda m, x: (torch.full(x.shape, True), torch.full(x.shape, 1))), (6,), 1,
+        lambda: Program(lambda m, x: (torch.full(x.shape, True), torch.full(x.shape, 1))), (6,), 1,
         "True == 1 and hash(True) == hash(1), but torch.full(shape, True) is a bool tensor; only the two "
         "`x.shape` reads may merge."),
     "zero_and_negative_zero": case(
-        lambda: Net(lambda m, x: (torch.signbit(x * 0.0), torch.signbit(x * -0.0))), (6,), 0,
+        lambda: Program(lambda m, x: (torch.signbit(x * 0.0), torch.signbit(x * -0.0))), (6,), 0,
         "0.0 == -0.0 and they hash alike, but x * -0.0 flips the sign of every zero: compare floats by repr."),
     "differing_kwargs": case(
-        lambda: Net(lambda m, x: (F.leaky_relu(x, negative_slope=0.1), F.leaky_relu(x, negative_slope=0.3),
-                                  x.sum(dim=1, keepdim=True), x.sum(dim=1, keepdim=False),
-                                  torch.softmax(x, dim=1), torch.softmax(x, dim=0))), lambda b: (torch.randn(b, b),),
-        0, "the keyword arguments are part of the expression: put node.kwargs into the key."),
+        lambda: Program(lambda m, x: (F.leaky_relu(x, negative_slope=0.1), F.leaky_relu(x, negative_slope=0.3),
+                                      x.sum(dim=1, keepdim=True), x.sum(dim=1, keepdim=False),
+                                      torch.softmax(x, dim=1), torch.softmax(x, dim=0))),
+        lambda b: (torch.randn(b, b),), 0,
+        "the keyword arguments are part of the expression: put node.kwargs into the key."),
     "random_functions": case(
-        lambda: Net(lambda m, x: (torch.rand_like(x), torch.rand_like(x), torch.randn_like(x), torch.randn_like(x),
-                                  torch.rand(x.shape), torch.rand(x.shape))), (6,), 1,
+        lambda: Program(lambda m, x: (torch.rand_like(x), torch.rand_like(x), torch.randn_like(x), torch.randn_like(x),
+                                      torch.rand(x.shape), torch.rand(x.shape))), (6,), 1,
         KEEP_RANDOM + " Only the two `x.shape` reads may merge."),
     "dropout_function_training": case(
-        lambda: Net(lambda m, x: F.dropout(x, 0.3, training=True) + F.dropout(x, 0.3, training=True)
-                    - F.dropout(x, p=0.3)), (6,), 0, KEEP_RANDOM),
+        lambda: Program(lambda m, x: F.dropout(x, 0.3, training=True) + F.dropout(x, 0.3, training=True)
+                        - F.dropout(x, p=0.3)), (6,), 0, KEEP_RANDOM),
     "dropout_module_training": case(
-        lambda: Net(lambda m, x: m.drop(x) - m.drop(x), drop=nn.Dropout(0.3).train()), (6,), 0,
+        lambda: Program(lambda m, x: m.drop(x) - m.drop(x), drop=nn.Dropout(0.3).train()), (6,), 0,
         "an nn.Dropout in training mode is random: merge a call_module only for a pure module."),
     "batchnorm_training": case(
-        lambda: Net(lambda m, x: m.bn(x) + m.bn(x), bn=nn.BatchNorm1d(6).train()), (6,), 0,
+        lambda: Program(lambda m, x: m.bn(x) + m.bn(x), bn=nn.BatchNorm1d(6).train()), (6,), 0,
         "a BatchNorm in training mode updates its running statistics at each call: it is not pure."),
     "inplace_activation_module": case(
-        lambda: Net(written_twice(lambda m, h: m.act(h)), act=nn.LeakyReLU(0.2, inplace=True)), (6,), 0,
+        lambda: Program(written_twice(lambda m, h: m.act(h)), act=nn.LeakyReLU(0.2, inplace=True)), (6,), 0,
         "a module built with inplace=True writes to its input: " + KEEP_INPLACE),
     "pure_modules_merge": case(
-        lambda: Net2(lambda m, x, y: m.act(m.proj(x)) * m.act(m.proj(x)) + m.proj(y), proj=nn.Linear(6, 6),
-                     act=nn.GELU()), (6, 6), 2,
+        lambda: Program2(lambda m, x, y: m.act(m.proj(x)) * m.act(m.proj(x)) + m.proj(y), proj=nn.Linear(6, 6),
+                         act=nn.GELU()), (6, 6), 2,
         "a Linear or a GELU module computes the same output from the same input: merge those calls."),
     "inplace_between_duplicates": case(
-        lambda: Net(written_between(lambda h: h.exp(), lambda m, h: h.add_(1))), (6,), 0,
+        lambda: Program(written_between(lambda h: h.exp(), lambda m, h: h.add_(1))), (6,), 0,
         "h.exp() before h.add_(1) and h.exp() after it read different values: " + KEEP_INPLACE),
     "identical_inplace_methods": case(
-        lambda: Net(written_twice(lambda m, h: h.mul_(2), lambda m, h: h.add_(0.5))), (6,), 0,
+        lambda: Program(written_twice(lambda m, h: h.mul_(2), lambda m, h: h.add_(0.5))), (6,), 0,
         "h.mul_(2) twice multiplies by 4, since a method ending in `_` writes to its tensor: " + KEEP_INPLACE),
     "identical_inplace_functions": case(
-        lambda: Net(written_twice(lambda m, h: F.leaky_relu(h, 0.2, inplace=True), lambda m, h: torch.sigmoid_(h))),
+        lambda: Program(written_twice(lambda m, h: F.leaky_relu(h, 0.2, inplace=True), lambda m, h: torch.sigmoid_(h))),
         (6,), 0, "F.leaky_relu(h, inplace=True) and torch.sigmoid_(h) write to their input: " + KEEP_INPLACE),
     "duplicate_mutated_later": case(
-        lambda: Net(written_after(lambda m, b: b.mul_(2))), (6,), 0,
+        lambda: Program(written_after(lambda m, b: b.mul_(2))), (6,), 0,
         "b.mul_(2) changes b after both copies exist: merged, a would change with it. Never merge a value "
         "that some in-place op writes to."),
     "duplicate_mutated_through_view": case(
-        lambda: Net(written_after(lambda m, b: b[:, :3].mul_(2))), (6,), 0,
+        lambda: Program(written_after(lambda m, b: b[:, :3].mul_(2))), (6,), 0,
         "b[:, :3] is a view of b: writing to it writes to b. Follow views back to the tensor they alias."),
     "inplace_methods_beyond_arithmetic": case(
-        lambda: Net(inplace_methods_beyond_arithmetic), (6,), 0,
+        lambda: Program(inplace_methods_beyond_arithmetic), (6,), 0,
         "h.clamp_(...), h.exp_() and b.masked_fill_(...) write to their tensor as h.add_(1) does: every method "
         "whose name ends in a single `_` is in-place. " + KEEP_INPLACE),
     "write_through_an_alias": case(
-        lambda: Net(write_through_an_alias), (6,), 0,
+        lambda: Program(write_through_an_alias), (6,), 0,
         "h.view(-1)[:4].add_(1) writes to h, and h.mul_(2) changes h.t() too: a view shares its base's memory. "
         "Forgetting only the keys of nodes that read the written node itself misses both: forget every key."),
     "three_copies_of_one_expression": case(
-        lambda: Net(lambda m, x: (torch.sin(x * 2) + torch.sin(x * 2) * torch.sin(x * 2),
-                                  x.exp() - x.exp() * x.exp() + x.exp())), (6,), 7,
+        lambda: Program(lambda m, x: (torch.sin(x * 2) + torch.sin(x * 2) * torch.sin(x * 2),
+                                      x.exp() - x.exp() * x.exp() + x.exp())), (6,), 7,
         "x * 2 and sin(x * 2) appear three times, x.exp() four times: return the nodes merged away (one per "
         "copy erased), not the number of distinct expressions that absorbed copies."),
     "list_and_tuple_args": case(
-        lambda: Net2(lambda m, x, y: (torch.cat([torch.sin(x), y], 1), torch.cat([torch.sin(x), y], 1),
-                                      torch.stack((x, y)), torch.stack((x, y)), x.permute([1, 0]),
-                                      x.permute([1, 0]))), (4, 4), 4,
+        lambda: Program2(lambda m, x, y: (torch.cat([torch.sin(x), y], 1), torch.cat([torch.sin(x), y], 1),
+                                          torch.stack((x, y)), torch.stack((x, y)), x.permute([1, 0]),
+                                          x.permute([1, 0]))), (4, 4), 4,
         "torch.cat([...]), torch.stack((...)) and x.permute([...]) take lists and tuples: a key must hold "
         "them, with the nodes inside replaced too."),
     "slice_args": case(
-        lambda: Net(lambda m, x: (x[:, 0:2] * 2, x[:, 0:2] * 2, x[:, 1:3] * 2)), (6,), (0, 2),
+        lambda: Program(lambda m, x: (x[:, 0:2] * 2, x[:, 0:2] * 2, x[:, 1:3] * 2)), (6,), (0, 2),
         "x[:, 0:2] holds slice objects, unhashable before Python 3.12: the pass must not crash on them "
         "(merging the two equal ones is optional; merging the different one is wrong)."),
     "tensor_constant_args": case(  # a GraphModule already: not traced again
@@ -204,8 +189,8 @@ EXACT_CASES: dict[str, Case] = {
 # The L3 benchmark, a gated unit: the same 1024x1024 Linear called three times on the same 128 rows (a
 # common result of inlining helpers). Reference 2.47x-2.71x on CPU single-threaded (ideal 3x), a no-op
 # 0.96x-1.12x (README, "Measured speedups"). The CUDA threshold is a guess: not measured on a GPU.
-BENCHMARK = Case(lambda: Net(lambda m, x: torch.sigmoid(m.proj(x)) * torch.tanh(m.proj(x)) + F.gelu(m.proj(x)),
-                             proj=nn.Linear(1024, 1024)),
+BENCHMARK = Case(lambda: Program(lambda m, x: torch.sigmoid(m.proj(x)) * torch.tanh(m.proj(x)) + F.gelu(m.proj(x)),
+                                 proj=nn.Linear(1024, 1024)),
                  lambda rows: (torch.randn(rows, 1024),), mode="eval", batch_sizes=(128,))
 
 
@@ -255,7 +240,7 @@ def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) 
     steps = [step for step, _ in pairs]
 
     def module_at_random_path(module: nn.Module) -> Callable:
-        path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 2))) + f"_{len(modules)}"
+        path = random_path(rng, 2, len(modules))
         modules[path] = module
         return lambda m, t: m.get_submodule(path)(t)
 
@@ -299,5 +284,5 @@ def hidden_case(rng: random.Random) -> Case:
         return h
 
     kinds = ", ".join(kind for kind, _, _ in blocks)
-    return case(lambda: Net(forward, **modules), (width,), sum(merges for _, _, merges in blocks),
+    return case(lambda: Program(forward, **modules), (width,), sum(merges for _, _, merges in blocks),
                 f"a generated model of blocks ({kinds}): the pass must work for any op, spelling and name.")

@@ -12,7 +12,7 @@ from graders.core import Kata, describe_exception
 from graders.harness import Pass, Run
 from graders.numerics import assert_bit_identical, describe_difference
 
-from .models import BENCHMARK, EXACT_CASES, L1_CASES, Model, case, hidden_case, param
+from .models import BENCHMARK, EXACT_CASES, L1_CASES, Program, case, hidden_case, param
 
 KATA = Kata("06_constant_folding")
 
@@ -66,7 +66,7 @@ def plain_tensors_under_autograd(run: Run) -> None:
 
 
 EXACT_CASES["autograd_after_folding"] = case(
-    lambda: Model(lambda m, x: x * m.w.exp() + m.w.sin(), w=param(6)), (6,), 2,
+    lambda: Program(lambda m, x: x * m.w.exp() + m.w.sin(), w=param(6)), (6,), 2,
     "evaluate constants under torch.no_grad() (not torch.inference_mode()) and store value.detach(): a stored "
     "value is a plain tensor, so the folded model still runs backward to its input like the original.",
     compare=plain_tensors_under_autograd)

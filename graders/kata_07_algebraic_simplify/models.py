@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.harness import Case
-from graders.models import nest_under, random_identifier
+from graders.models import Program, nest_under, random_identifier
 
 SPECIALS = [-0.0, 0.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0]
 
@@ -49,29 +49,11 @@ L1_CASES = cases(
 )
 
 
-# L2: other spellings, and every trap.
-class Model(nn.Module):
-    """A model with the given state (modules, parameters, buffers, plain values) and `forward(self, x)`."""
-
-    def __init__(self, forward, **state):
-        super().__init__()
-        self.run = forward
-        for name, value in state.items():
-            setattr(self, name, value)
-
-    def forward(self, x):
-        return self.run(self, x)
-
-
+# L2: other spellings, and every trap. A model with state is a Program (graders/models.py).
 def spellings(m, x):
     y = torch.div(torch.mul(x.mul(1), True).div(1.0), 1)
     y = m.act(F.relu(torch.sub(y.sub(0), 0.0)))
     return torch.pow(y, 2.0) + y.pow(2)
-
-
-def relu_chain_with_other_user(x):
-    y = torch.relu(x)
-    return F.relu(y.relu()) * y
 
 
 def in_place_on_result(x):
@@ -81,7 +63,7 @@ def in_place_on_result(x):
 
 
 L2_CASES = cases(
-    ("spellings", Model(spellings, act=nn.ReLU()), 9, ["relu", "mul", "mul", "add"],
+    ("spellings", Program(spellings, act=nn.ReLU()), 9, ["relu", "mul", "mul", "add"],
      "the same op has several spellings: operator.mul, torch.mul, Tensor.mul (call_method 'mul'), and ReLU also "
      "nn.ReLU (call_module); True is a literal 1 too."),
     ("integer_identities", lambda i: (0 + (i + 0) * 1 - 0) // 2, 4, ["floordiv"],
@@ -101,7 +83,7 @@ L2_CASES = cases(
                  "i reads inner dim q[i], which reads input dim p[q[i]])."),
     ("negative_dims", lambda x: x.transpose(-1, -2).transpose(1, 2) - x.permute(0, -1, 1).permute(0, 2, -2), 2,
      ["sub"], "dim -1 of a rank-3 tensor is dim 2: normalise dims with d % rank before comparing."),
-    ("relu_chain_with_other_user", relu_chain_with_other_user, 2, ["relu", "mul"],
+    ("relu_chain_with_other_user", lambda x: F.relu((y := torch.relu(x)).relu()) * y, 2, ["relu", "mul"],
      "relu(relu(relu(x))) is relu(x), even when the inner relu has other users."),
     ("double_t", lambda m: m.t().t() + torch.t(torch.t(m)) * 2.0, 2, ["mul", "add"],
      "m.t().t() and torch.t(torch.t(m)) are m.", lambda batch: (floats(4, 6),)),
@@ -128,12 +110,12 @@ L2_CASES = cases(
      "int * 1.0 and int / 1 are float tensors, bool * 1 is int64, float16 times a float32 tensor of ones is "
      "float32, int ** 2.0 is float: compare the node's dtype with x's.",
      lambda batch: (torch.randint(-9, 10, (batch, 5)), torch.rand(batch, 5) < 0.5, floats(batch, 5, dtype=torch.half))),
-    ("parameter_equal_to_one", Model(lambda m, x: x * m.gain - m.offset, gain=nn.Parameter(torch.ones(5)),
-                                     offset=nn.Buffer(torch.zeros(5))), 0, None,
+    ("parameter_equal_to_one", Program(lambda m, x: x * m.gain - m.offset, gain=nn.Parameter(torch.ones(5)),
+                                       offset=torch.zeros(5)), 0, None,
      "a parameter or buffer that holds ones today is state: training or load_state_dict changes it. Only literals "
      "fold; a get_attr never does."),
-    ("parameter_of_inputs_shape", Model(lambda m, x: x * m.gain - m.offset, gain=nn.Parameter(torch.ones(3, 4, 5)),
-                                        offset=nn.Buffer(torch.zeros(3, 4, 5))), 0, None,
+    ("parameter_of_inputs_shape", Program(lambda m, x: x * m.gain - m.offset, gain=nn.Parameter(torch.ones(3, 4, 5)),
+                                          offset=torch.zeros(3, 4, 5)), 0, None,
      "a parameter of ones with x's very shape is still state, not a literal: a get_attr never folds, whatever its "
      "shape or value."),
     ("same_permute_twice", lambda x: (x.permute(1, 2, 0).permute(1, 2, 0), x.transpose(0, 1).transpose(1, 2)), 0,
@@ -148,8 +130,8 @@ L2_CASES = cases(
      None, "only relu is idempotent here: sigmoid(sigmoid(x)), tanh(tanh(x)) and gelu(gelu(x)) are not sigmoid(x), "
            "tanh(x), gelu(x)."),
     ("relu_lookalikes",  # "relu" in their names, and not relu
-     Model(lambda m, x: (F.relu6(F.relu(x)), torch.relu(F.leaky_relu(x, 0.1)), m.clip(x.relu()), m.leaky(x).relu()),
-           clip=nn.ReLU6(), leaky=nn.LeakyReLU(0.1)), 0, None,
+     Program(lambda m, x: (F.relu6(F.relu(x)), torch.relu(F.leaky_relu(x, 0.1)), m.clip(x.relu()), m.leaky(x).relu()),
+             clip=nn.ReLU6(), leaky=nn.LeakyReLU(0.1)), 0, None,
      "relu6 and leaky_relu are not relu, whatever their names: relu6(relu(x)) clips at 6 and relu(leaky_relu(x)) "
      "zeroes the negatives leaky_relu keeps. Know relu by its function, method or module, never by its name."),
 )
@@ -162,7 +144,7 @@ def config_block(m, x):
     return x + h.transpose(-1, -2).transpose(-1, -2)
 
 
-BENCHMARK = Case(lambda: nn.Sequential(*(Model(config_block, scale=1.0, temperature=1, shift=0.0, act=nn.ReLU())
+BENCHMARK = Case(lambda: nn.Sequential(*(Program(config_block, scale=1.0, temperature=1, shift=0.0, act=nn.ReLU())
                                          for _ in range(4))), lambda batch: (torch.randn(256, 256),), batch_sizes=(1,))
 
 

@@ -27,7 +27,6 @@ def where(run: Run) -> str:
 
 
 def found(run: Run) -> dict:
-    """The chains find_elementwise_chains returned, as node names, are exactly the expected ones."""
     chains, nodes = run.result, set(run.traced.graph.nodes)
     if not all(isinstance(c, (list, tuple)) and all(isinstance(n, fx.Node) and n in nodes for n in c) for c in chains):
         raise CheckFailed("find_elementwise_chains must return a list of chains, each a list of the graph's own "
@@ -40,7 +39,6 @@ def found(run: Run) -> dict:
 
 
 def fused(run: Run) -> dict:
-    """The count returned is the number of chains; each chain became one node, and nothing else changed."""
     chains = run.case.expect
     if run.result != len(chains):
         run.fail(f"fuse_elementwise_chains on {where(run)} returned {run.result}; it fused {len(chains)} chain(s) "
@@ -94,10 +92,9 @@ def hidden(ctx: Context, case: Case) -> dict:
     return {**harness.check(ctx, replace(case, compare=None), FIND), **harness.check(ctx, case, FUSE)}
 
 
-KATA.cases(1, {"find_basic": replace(BASIC, compare=None)}, FIND)
-KATA.cases(1, {"fuse_basic": BASIC}, FUSE)
-KATA.cases(2, {f"find_{name}": replace(case, compare=None) for name, case in EXACT_CASES.items()}, FIND)
-KATA.cases(2, {f"fuse_{name}": case for name, case in EXACT_CASES.items()}, FUSE)
+for level, cases in ((1, {"basic": BASIC}), (2, EXACT_CASES)):
+    KATA.cases(level, {f"find_{name}": replace(case, compare=None) for name, case in cases.items()}, FIND)
+    KATA.cases(level, {f"fuse_{name}": case for name, case in cases.items()}, FUSE)
 KATA.cases(2, {"fuse_under_autograd": replace(UNDER_AUTOGRAD, compare=under_autograd)}, FUSE)
 KATA.speed("five_op_chain_speedup", BENCHMARK, FUSE, what="the fused five-op chain on a 4096x4096 tensor",
            hint="a fused node that still runs the five ops one after another writes five 64 MiB tensors, as "

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.harness import Case
-from graders.models import nest_under, random_identifier
+from graders.models import Program2, random_path
 
 # The elementwise ops of the README, in every spelling: the grader's own reading of "elementwise",
 # used to count what is left after fusion and, on the hidden models, to know the expected chains.
@@ -46,8 +46,7 @@ def expected_chains(gm: fx.GraphModule) -> list[list[str]]:
     elementwise = [n for n in gm.graph.nodes if is_elementwise(n, modules)]
     successor = {}
     for node in elementwise:
-        source = next((i for i in node.all_input_nodes if i in elementwise and len(i.users) == 1), None)
-        if source is not None:
+        if source := next((i for i in node.all_input_nodes if i in elementwise and len(i.users) == 1), None):
             successor[source] = node
     chains = [[node] for node in elementwise if node in successor and node not in successor.values()]
     for chain in chains:
@@ -56,55 +55,36 @@ def expected_chains(gm: fx.GraphModule) -> list[list[str]]:
     return [[n.name for n in chain] for chain in chains]
 
 
-class Net(nn.Module):
-    """A model whose forward is `program(self, x, y)`, so the zoo is written as data. It carries every
-    parameter and module a program may use; symbolic_trace records only those the program touches."""
-
-    def __init__(self, program: Callable, width: int = 8, modules: dict[str, type] | None = None):
-        super().__init__()
-        self.program = program
-        for path, module_type in (modules or {}).items():  # modules under dotted paths, for the hidden models
-            nest_under(self, path, module_type())
-        self.weight = nn.Parameter(torch.randn(width, width) / width ** 0.5)
-        self.bias = nn.Parameter(torch.randn(width))
-        self.linear, self.conv = nn.Linear(width, width), nn.Conv1d(1, 1, 3, padding=1)
-        self.relu, self.sigmoid, self.tanh = nn.ReLU(), nn.Sigmoid(), nn.Tanh()
-        self.act, self.dropout = nn.ReLU(inplace=True), nn.Dropout(0.3)
-
-    def forward(self, x, y=None):
-        return self.program(self, x, y)
-
-
 def case(program: Callable, width: int, chains: list[list[str]] | None, hint: str, inputs: int | Callable = 1,
          modules: dict[str, type] | None = None, **options) -> Case:
-    """Net(program, width, modules) fed `inputs` random [batch, width] tensors (or what inputs(batch) returns)."""
+    """program(m, x, y) as a Program2, fed `inputs` random [batch, width] tensors (or what inputs(batch) returns)."""
     make = inputs if callable(inputs) else lambda batch: tuple(torch.randn(batch, width) for _ in range(inputs))
-    return Case(lambda: Net(program, width, modules), make, chains, hint, **options)
+    model = lambda: Program2(  # every part a program may use (symbolic_trace records only those it touches)
+        program, **{path: module() for path, module in (modules or {}).items()},
+        weight=nn.Parameter(torch.randn(width, width) / width ** 0.5), bias=nn.Parameter(torch.randn(width)),
+        linear=nn.Linear(width, width), conv=nn.Conv1d(1, 1, 3, padding=1), relu=nn.ReLU(), sigmoid=nn.Sigmoid(),
+        tanh=nn.Tanh(), act=nn.ReLU(inplace=True), dropout=nn.Dropout(0.3))
+    return Case(model, make, chains, hint, **options)
 
 
 # The zoo: the programs that need a name or a comment, then every case with the chains it has.
-
 def function_spellings(m, x, y):
     h = torch.div(torch.sub(torch.mul(torch.add(x, y), 1.5), 0.25), 2.0)
     h = torch.exp(torch.abs(torch.neg(torch.tanh(h))))
     return torch.sigmoid(F.relu(torch.relu(h) - 1.5))
-
 
 def branch_and_join(m, x, y):
     h = (x + 1) * 2                             # two users: ends a chain
     left, right = torch.relu(h).sigmoid(), torch.tanh(h) * 3
     return (left + right).exp()                 # two chains reach the add: its first input continues
 
-
 def getitem_breaks(m, x, y):
     a, b = (x * 2 + 1).chunk(2, dim=-1)
     return torch.relu(a).sigmoid() * b.tanh()
 
-
 def random_ops_break(m, x, y):
     h = F.dropout(x * 2 + 1, 0.5, training=True)
     return m.dropout(torch.sigmoid(h.relu() + torch.rand_like(h)).mul(3)).tanh().abs()
-
 
 def under_autograd(m, x, y):
     a = torch.sigmoid(x * 2 - 1).mul(m.bias).tanh()  # backward needs the sigmoid's and the tanh's outputs
@@ -195,12 +175,11 @@ UNDER_AUTOGRAD = case(under_autograd, 8, [["mul", "sub", "sigmoid", "mul_1", "ta
 # The L3 benchmark: five ops on one 4096x4096 float32 tensor (64 MiB: past every cache and glibc's mmap
 # threshold, so each unfused op also pays for a fresh allocation). README, "Measured speedups".
 BENCHMARK_SIZE = 4096
-BENCHMARK = Case(lambda: Net(lambda m, x, y: torch.sigmoid(torch.relu(x * 1.5 + 0.5) - 0.25)),
-                 lambda batch: (torch.randn(batch, BENCHMARK_SIZE),), None, "", batch_sizes=(BENCHMARK_SIZE,))
+BENCHMARK = case(lambda m, x, y: torch.sigmoid(torch.relu(x * 1.5 + 0.5) - 0.25), 8, None, "",
+                 inputs=lambda batch: (torch.randn(batch, BENCHMARK_SIZE),), batch_sizes=(BENCHMARK_SIZE,))
 
 # Hidden models (L4): random programs of elementwise ops in random spellings, with breakers, values
 # read twice, extra graph outputs, parameters and modules under random nested names.
-
 # Each op's spellings, picked op first, then spelling: Tensor method, torch function, operator, nn module.
 UNARY_SPELLINGS = [[lambda v: v.relu(), torch.relu, F.relu, nn.ReLU], [lambda v: v.sigmoid(), torch.sigmoid, nn.Sigmoid],
                    [lambda v: v.tanh(), torch.tanh, nn.Tanh], [lambda v: v.neg(), torch.neg, operator.neg],
@@ -219,28 +198,23 @@ def hidden_case(rng: random.Random) -> Case:
     modules: dict[str, type] = {}  # the nn-module spellings, installed under random dotted paths
     program = []  # step i computes value 2 + i from the model and the values before it (x, y, ...)
     for step in range(rng.randint(10, 18)):
-        count = 2 + step
-        source = count - 1 if rng.random() < 0.8 else rng.randrange(count)
-        roll = rng.random()
+        count = 2 + step  # the values so far: x, y and one per earlier step
+        source, roll = count - 1 if rng.random() < 0.8 else rng.randrange(count), rng.random()
         if roll < 0.45:
             spell = rng.choice(rng.choice(UNARY_SPELLINGS))
             if isinstance(spell, type):
-                path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 2))) + f"_{step}"
+                path = random_path(rng, 2, step)
                 modules[path] = spell
                 program.append(lambda m, vs, s=source, p=path: m.get_submodule(p)(vs[s]))
             else:
                 program.append(lambda m, vs, s=source, f=spell: f(vs[s]))
         elif roll < 0.85:
-            spell = rng.choice(rng.choice(BINARY_SPELLINGS))
-            kind = rng.choice(["scalar", "input", "bias", "value"])
-            other = rng.randrange(count) if kind == "value" else rng.randrange(2)
-            scalar = round(rng.uniform(0.5, 1.5), 3)
-            swap = rng.random() < 0.4 and kind != "scalar"
-
+            spell, kind = rng.choice(rng.choice(BINARY_SPELLINGS)), rng.choice(["scalar", "input", "bias", "value"])
+            other = rng.randrange(count) if kind == "value" else rng.randrange(2)  # "input": x or y
+            scalar, swap = round(rng.uniform(0.5, 1.5), 3), rng.random() < 0.4 and kind != "scalar"
             def binary(m, vs, s=source, f=spell, kind=kind, other=other, scalar=scalar, swap=swap):
                 operand = scalar if kind == "scalar" else m.bias if kind == "bias" else vs[other]
                 return f(operand, vs[s]) if swap else f(vs[s], operand)
-
             program.append(binary)
         elif roll < 0.92:
             scalar = round(rng.uniform(1.5, 3.0), 3)
@@ -248,13 +222,11 @@ def hidden_case(rng: random.Random) -> Case:
         else:
             program.append(lambda m, vs, s=source, f=rng.choice(BREAKERS): f(m, vs[s]))
     extra_outputs = rng.sample(range(2, 2 + len(program) - 1), k=rng.randint(0, 2))
-
     def run(m, x, y):
         values = [x, y]
         for op in program:
             values.append(op(m, values))
         return (values[-1], *(values[i] for i in extra_outputs))
-
     generated = case(run, width, None, "the pass must work for any spelling, name, nesting and graph shape.",
                      inputs=2, modules=modules)
     return replace(generated, expect=expected_chains(fx.symbolic_trace(generated.build())))  # README's definition
