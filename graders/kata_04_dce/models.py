@@ -1,7 +1,7 @@
-"""Kata 04's model zoo and hidden-model generator. What matters about a model here is the graph it
-traces to: which nodes are dead, which mutate a tensor, which draw random numbers. So the zoo is a table
-of small forward functions written out as source (`model`), each with the node counts a correct pass may
-remove (several where an unused get_attr may go too) and its hint. Every case compares side effects."""
+"""Kata 04's model zoo, its comparison (`same_effects`) and its hidden-model generator. What matters about a model
+here is the graph it traces to: which nodes are dead, which mutate a tensor, which draw random numbers. So the zoo
+is a table of small forward functions written out as source (`case`), each with the node counts a correct pass may
+remove (several where an unused get_attr may go too) and its hint."""
 from __future__ import annotations
 
 import functools
@@ -15,41 +15,76 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from graders.harness import Case
-from graders.models import nest_under, random_identifier
-
-from .effects import same_effects
+from graders.harness import Case, Run
+from graders.katas import manifest
+from graders.models import nest_under, random_path
+from graders.numerics import ATOL, RTOL, cloned, run_module, seeded
 
 # symbolic_trace cannot trace `y[i] = v` (a Proxy has no __setitem__); a wrapped setitem records an
 # operator.setitem node, which is what torch.compile and torch.export graphs contain.
 fx.wrap("setitem")
 
 WIDTH = 6
-BATCH_SIZES = (2, 3)  # at least 2: a BatchNorm in training mode rejects a batch of one
+SQUARE_LINEAR = functools.partial(nn.Linear, WIDTH, WIDTH)
 
 
-def model(body: str, signature: str = "x", parts: dict[str, Callable] | None = None) -> Callable[[], nn.Module]:
-    """A builder of an nn.Module whose `forward(self, <signature>)` runs `body`, holding the submodules and
-    parameters `parts` build (at dotted paths). The body is compiled here: its `setitem` is the fx-wrapped one."""
+# ----------------------------------------------------------------------------------------------
+# The comparison: removing a node with a side effect often leaves the outputs right; what changes is an input
+# mutated in place, a parameter or buffer the model updates, or the generator's state.
+
+def run_recording(run: Run, module, owner: nn.Module, inputs: tuple, seed: int, what="the original model") -> tuple:
+    """One call of `module` from generator state `seed` on private copies of `inputs`: its output, the copies after
+    it, the parameters and buffers of `owner` (the state it may change), the CPU (and any GPU) generator's state."""
+    inputs, device = cloned(inputs), run.ctx.device
+    with seeded(seed):
+        output = run_module(module, inputs, what)
+        generators = [torch.get_rng_state()] + ([torch.cuda.get_rng_state(device)] if device.type == "cuda" else [])
+    return output, inputs, {k: v.detach().clone() for k, v in owner.state_dict().items()}, generators
+
+
+def same_effects(run: Run) -> None:
+    """Outputs, inputs after the call, parameters and buffers, generator state: all as the original's."""
+    for seed, inputs in enumerate(run.input_sets(), 1000):
+        want, want_inputs, want_state, want_rng = run_recording(run, run.pristine, run.pristine, inputs, seed)
+        # The GraphModule shares its submodules and tensors with the model that was traced: its state is there.
+        got, got_inputs, got_state, got_rng = run_recording(run, run.gm, run.model, inputs, seed, run.label)
+        try:
+            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        except AssertionError as exc:
+            difference = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            run.fail(f"{run.label} returns something else than the original: {difference}")
+        for position, (g, w, given) in enumerate(zip(got_inputs, want_inputs, inputs)):
+            if isinstance(w, torch.Tensor) and not torch.equal(g, w):
+                did = lambda t: "leaves it unchanged" if torch.equal(t, given) else "changes it in place"  # noqa: E731
+                run.fail(f"after one call, input #{position} differs: the original model {did(w)}, {run.label} "
+                         f"{did(g)}{' to other values' if did(g) == did(w) else ''}. A node that mutates a tensor "
+                         "the caller can see must stay.")
+        for name, w in want_state.items():
+            if not torch.equal(got_state[name], w):
+                run.fail(f"after one forward call, the model's {name!r} differs from the original's: the original "
+                         "updates it, the node that did so was removed.")
+        if not all(map(torch.equal, got_rng, want_rng)):
+            run.fail("after one forward call, the random-number generator is in a different state than after the "
+                     "original: a node that draws random numbers was removed, so every later random draw shifts.")
+
+
+def case(body: str, dead: int | tuple[int, ...] | range, hint: str, *, signature: str = "x", parts: dict | None = None,
+         inputs: Callable = lambda batch: (torch.randn(batch, WIDTH),), **options) -> Case:
+    """A case whose model's `forward(self, <signature>)` runs `body` (compiled here: its `setitem` is the fx-wrapped
+    one) and holds the submodules and parameters `parts` build at dotted paths; the node counts a correct pass may
+    remove; the hint. Batch sizes 2 and 3 by default: a BatchNorm in training mode rejects a batch of one."""
     namespace: dict = {}
     exec(f"def forward(self, {signature}):\n{textwrap.indent(textwrap.dedent(body).strip(), '    ')}",
          globals(), namespace)
-    cls = type("Model", (nn.Module,), {"forward": namespace["forward"]})
 
-    def build() -> nn.Module:
-        module = cls()
+    def install_parts(self):  # the model's __init__
+        nn.Module.__init__(self)
         for path, part in (parts or {}).items():
-            nest_under(module, path, part())
-        return module
+            nest_under(self, path, part())
 
-    return build
-
-
-def case(body: str, dead: int | tuple[int, ...], hint: str, *, signature: str = "x", parts: dict | None = None,
-         inputs: Callable = lambda batch: (torch.randn(batch, WIDTH),), **options) -> Case:
-    """A zoo case: its forward's body, the node counts a correct pass may remove, the hint."""
-    return Case(model(body, signature, parts), inputs, dead if isinstance(dead, tuple) else (dead,), hint,
-                batch_sizes=BATCH_SIZES, compare=same_effects, **options)
+    model = type("Model", (nn.Module,), {**namespace, "__init__": install_parts})
+    return Case(model, inputs, (dead,) if isinstance(dead, int) else dead, hint,
+                **{"batch_sizes": (2, 3), "compare": same_effects, **options})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -84,8 +119,7 @@ def trace_with_positional_arguments(module: nn.Module) -> fx.GraphModule:
     gm = fx.symbolic_trace(module)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is F.hardtanh:
-            node.args = (*node.args, node.kwargs["min_val"], node.kwargs["max_val"], node.kwargs["inplace"])
-            node.kwargs = {}
+            node.args, node.kwargs = (*node.args, *(node.kwargs[k] for k in ("min_val", "max_val", "inplace"))), {}
     gm.recompile()
     return gm
 
@@ -191,48 +225,32 @@ EXACT_CASES: dict[str, Case] = {
     "dead_submodule": case("""
         torch.relu(self.aux_head(x))
         return self.live(x)""", 2, "a call of an nn.Linear has no side effect: a dead one must go.",
-        parts={"live": lambda: nn.Linear(WIDTH, WIDTH), "aux_head": lambda: nn.Linear(WIDTH, 3)}),
+        parts={"live": SQUARE_LINEAR, "aux_head": lambda: nn.Linear(WIDTH, 3)}),
 }
 
 
 # ----------------------------------------------------------------------------------------------
-# L3: the classic leftover, an auxiliary head whose loss was removed, still computed in forward.
-# Reference median 4.0x-4.3x on CPU single-threaded, a no-op 0.95x-1.02x (README). The CUDA threshold
-# is unmeasured: there the small head is launch-bound and the gain is smaller.
+# L3: the classic leftover, an auxiliary head whose loss was removed, still computed in forward (the
+# measured speedups: kata.toml's [speed]).
 
 BENCHMARK_BATCH, BENCHMARK_WIDTH = 64, 512
 wide = lambda: nn.Linear(BENCHMARK_WIDTH, BENCHMARK_WIDTH)  # noqa: E731
-BENCHMARK = Case(model("""
+BENCHMARK = case("""
     features = torch.tanh(self.body(x))
     aux_logits = self.aux(features)
     aux_logits.softmax(dim=-1)
-    return features""", parts={"body": wide,
-                               "aux": lambda: nn.Sequential(wide(), nn.GELU(), wide(), nn.GELU(), wide())}),
-    lambda batch: (torch.randn(batch, BENCHMARK_WIDTH),), (6,), mode="eval", batch_sizes=(BENCHMARK_BATCH,))
+    return features""", 6, "",
+    parts={"body": wide, "aux": lambda: nn.Sequential(wide(), nn.GELU(), wide(), nn.GELU(), wide())},
+    inputs=lambda batch: (torch.randn(batch, BENCHMARK_WIDTH),), mode="eval", batch_sizes=(BENCHMARK_BATCH,))
 
 
 # ----------------------------------------------------------------------------------------------
 # L4: models generated from the seed, written as source like the zoo: a random sequence of steps, each
 # live, dead or a side effect, whatever the spelling. The generator counts the dead nodes it writes.
 
-PURE_OPS = ["torch.tanh({v})", "{v}.sigmoid()", "{v} * {c}", "F.gelu({v})", "{c} - {v}", "{v}.clamp(min=-{c})"]
-# Statements whose result is unused, all of which stay; `self.{m}` is a module the generator installs.
-INPLACE_OPS = [
-    "{v}.add_({c})", "{v}.sub_({c})", "{v}.mul_({c})", "{v}.div_({c} + 1)", "{v}.clamp_(-{c}, {c})", "{v}.tanh_()",
-    "{v}.sigmoid_()", "{v}.abs_()", "torch.relu_({v})", "torch.tanh_({v})", "F.relu({v}, inplace=True)",
-    "F.leaky_relu({v}, {c} / 10, True)", "F.hardtanh({v}, -{c}, {c}, inplace=True)", "F.elu({v}, {c}, True)",
-    "torch.mul({v}, {c}, out={v})", "torch.clamp({v}, -{c}, {c}, out={v})", "setitem({v}, (slice(None), 1), {c})",
-    "{v}[:, :2].mul_(-{c})", "{v}.narrow(1, 1, 2).zero_()", "self.{m}({v})",
-]
+VOCABULARY = manifest("04_dce")["hidden"]  # the source templates of every step: kata.toml's [hidden]
 INPLACE_MODULES = [lambda: nn.ReLU(inplace=True), lambda: nn.Hardtanh(inplace=True),
                    lambda: nn.SiLU(inplace=True), lambda: nn.LeakyReLU(0.2, inplace=True)]
-RANDOM_OPS = ["torch.rand_like({v})", "torch.randn_like({v})", "F.dropout({v}, {c} / 4, training=True)",
-              "torch.bernoulli(torch.full_like({v}, 0.5))", "torch.empty_like({v}).uniform_()",
-              "self.{m}({v})"]  # an nn.Dropout in training mode
-# How a live value feeds the next one through a list, a tuple or a keyword argument.
-NESTED_USES = ["torch.stack([v, {a}]).mean(dim=0)", "torch.cat(({a}, v), dim=1)[:, WIDTH // 2 : WIDTH + WIDTH // 2]",
-               "torch.add(v, other={a}, alpha=0.5)"]
-OUTPUTS = ["v", "(v,)", '{"out": (v, [v.sum(dim=1)])}']
 
 
 class HiddenModel:
@@ -246,62 +264,55 @@ class HiddenModel:
         return round(self.rng.uniform(0.5, 2.0), 3)
 
     def pure(self, v: str) -> str:
-        return self.rng.choice(PURE_OPS).format(v=v, c=self.constant())
+        return self.rng.choice(VOCABULARY["pure"]).format(v=v, c=self.constant())
 
     def install(self, build: Callable) -> str:
         """A unique dotted path, one to three levels deep, for what `build` makes: no pass can key on names."""
-        path = ".".join(random_identifier(self.rng) for _ in range(self.rng.randint(1, 3))) + f"_{len(self.parts)}"
+        path = random_path(self.rng, 3, len(self.parts))
         self.parts[path] = build
         return path
 
     def live(self):
         linear = self.rng.random() < 0.3
-        self.lines.append(f"v = self.{self.install(lambda: nn.Linear(WIDTH, WIDTH))}(v)" if linear else
-                          f"v = {self.pure('v')}")
+        self.lines.append(f"v = self.{self.install(SQUARE_LINEAR)}(v)" if linear else f"v = {self.pure('v')}")
 
     def dead_chain(self):
         ops = self.rng.randint(1, 4)
         self.lines += [f"u = {self.pure('u' if i else 'v')}" for i in range(ops)]
         linear, param = self.rng.random() < 0.5, self.rng.random() < 0.5
-        if linear:
-            self.lines.append(f"u = self.{self.install(lambda: nn.Linear(WIDTH, WIDTH))}(u)")
-        if param:
-            self.lines.append(f"u = u * self.{self.install(lambda: nn.Parameter(torch.randn(WIDTH)))}")
+        self.lines += [f"u = self.{self.install(SQUARE_LINEAR)}(u)"] if linear else []
+        self.lines += [f"u = u * self.{self.install(lambda: nn.Parameter(torch.randn(WIDTH)))}"] if param else []
         self.lines.append("u.sum()")  # the chain ends unused
         self.dead += ops + linear + param + 1
         self.may_go += param
 
-    def side_effect(self, ops: list[str], module: Callable):
-        op = self.rng.choice(ops)
-        path = self.install(module) if "{m}" in op else None
-        self.lines.append(op.format(v="v", c=self.constant(), m=path))
-
-    def inplace(self):
-        self.side_effect(INPLACE_OPS, self.rng.choice(INPLACE_MODULES))
-
-    def random(self):
-        self.side_effect(RANDOM_OPS, functools.partial(nn.Dropout, self.rng.uniform(0.1, 0.5)))
+    def side_effect(self, kind: str):
+        """An op of `kind` (in place, or drawing random numbers), or a module of that kind, whose result is unused."""
+        module = (self.rng.choice(INPLACE_MODULES) if kind == "inplace"
+                  else functools.partial(nn.Dropout, self.rng.uniform(0.1, 0.5)))
+        op = self.rng.choice(VOCABULARY[kind])
+        self.lines.append(op.format(v="v", m=self.install(module) if "{m}" in op else None, c=self.constant()))
 
     def batchnorm(self):  # a new module is in training mode: every call updates its statistics
         self.lines.append(f"self.{self.install(lambda: nn.BatchNorm1d(WIDTH))}(v)")
 
     def nested_use(self):
-        self.lines.append("v = " + self.rng.choice(NESTED_USES).format(a=self.pure("v")))
+        self.lines.append("v = " + self.rng.choice(VOCABULARY["nested_uses"]).format(a=self.pure("v")))
 
 
-STEPS = [HiddenModel.live, HiddenModel.live, HiddenModel.dead_chain, HiddenModel.dead_chain, HiddenModel.inplace,
-         HiddenModel.inplace, HiddenModel.random, HiddenModel.batchnorm, HiddenModel.nested_use]
+STEPS = [HiddenModel.live, HiddenModel.live, HiddenModel.dead_chain, HiddenModel.dead_chain,
+         *[functools.partial(HiddenModel.side_effect, kind="inplace")] * 2,
+         functools.partial(HiddenModel.side_effect, kind="random"), HiddenModel.batchnorm, HiddenModel.nested_use]
 
 
 def hidden_case(rng: random.Random) -> Case:
-    source, output = HiddenModel(rng), rng.choice(OUTPUTS)
+    source, output = HiddenModel(rng), rng.choice(VOCABULARY["outputs"])
     steps = [rng.choice(STEPS) for _ in range(rng.randint(6, 12))]
     if HiddenModel.dead_chain not in steps:
         steps.insert(rng.randrange(len(steps) + 1), HiddenModel.dead_chain)
     for step in steps:
         step(source)
-    dead = tuple(range(source.dead, source.dead + source.may_go + 1))
-    return case("\n".join(source.lines + [f"return {output}"]), dead,
+    return case("\n".join(source.lines + [f"return {output}"]), range(source.dead, source.dead + source.may_go + 1),
                 "the pass must keep every side effect and remove every dead node, whatever the spelling.",
                 signature="x, extra", inputs=lambda batch: (torch.randn(batch, WIDTH), torch.randn(batch, WIDTH)),
                 parts=source.parts)
