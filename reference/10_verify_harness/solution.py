@@ -9,7 +9,8 @@ import torch
 import torch.fx as fx
 
 # The batch sizes numerics are checked at, besides the example's own: a pass can be right at the size
-# it was tried on and wrong at batch 1 (a squeeze()) or at any other size (a hard-coded reshape).
+# it was tried on and wrong at batch 1 (a squeeze()) or at any other size (a reshape that baked in the
+# example's batch size): so sizes other than 1 and the example's too.
 EXTRA_BATCH_SIZES = (1, 2, 3)
 GRADIENT_SAMPLES = 3
 TIMING_ROUNDS, TIMING_CHUNK_S, TIMING_WARMUP = 9, 0.03, 3
@@ -134,7 +135,9 @@ def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_sampl
     # so a pass that edits a weight in place would change the "original" we compare against.
     original, baseline = copy.deepcopy(model), fx.symbolic_trace(copy.deepcopy(model))
     transformed = pass_fn(fx.symbolic_trace(copy.deepcopy(model)))
-    samples = draw_samples(example_inputs, n_samples)
+    # The example itself first: its values and layout (a non-contiguous view, say) are what the model
+    # really meets, and fresh draws reproduce neither.
+    samples = [example_inputs, *draw_samples(example_inputs, n_samples)]
     report = {
         "numerical": passes(outputs_match, original, transformed, samples, atol, rtol),
         "gradient": passes(gradients_match, original, transformed, samples[:GRADIENT_SAMPLES], atol, rtol),
