@@ -167,9 +167,10 @@ def grade_trees(trees: dict[str, Path], katas: list[str], args: argparse.Namespa
     With --jobs 1 each kata is one subprocess. With more, the correctness levels of several katas run
     at once, then every speed level runs alone, so no timing shares the machine with other grading."""
     jobs = [(team, kata) for team in trees for kata in katas]
-    phases = [(None, 1)] if args.jobs == 1 else [(CORRECTNESS_LEVELS, args.jobs)]
-    if args.jobs > 1 and not args.no_speed:
-        phases.append((SPEED_LEVELS, 1))
+    if args.jobs == 1 or args.no_speed:  # nothing is timed: one pass over all levels (L3 is recorded as skipped)
+        phases = [(None, args.jobs)]
+    else:
+        phases = [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
     parts: dict[tuple[str, str], list] = {job: [] for job in jobs}
     print_lock, done, total = threading.Lock(), [0], len(jobs) * len(phases)
 
