@@ -338,10 +338,20 @@ class GradingSession:
         return record(True, "ok", figures)
 
 
-def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 3, 4), **options) -> list[CheckResult]:
-    """Grade one kata of a solution tree in this process (the project's tests use this)."""
+def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 3, 4), stop_at_failure: bool = False,
+          **options) -> list[CheckResult]:
+    """Grade one kata of a solution tree in this process (the project's tests use this).
+
+    `stop_at_failure`: checks run level by level (in the order of `levels`) and grading stops after the
+    first failing check; enough to tell the first level that catches a mutant."""
     session = GradingSession(solutions, **options)
-    return [session.run(check) for check in load_grader(kata).checks if check.level in levels]
+    results = []
+    for level in levels:
+        for check in load_grader(kata).checks_at(level):
+            results.append(session.run(check))
+            if stop_at_failure and not results[-1].passed and not results[-1].skipped:
+                return results
+    return results
 
 
 def level_points(results: list[CheckResult]) -> dict[int, tuple[float, float]]:

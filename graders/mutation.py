@@ -65,7 +65,8 @@ def failed_levels(results: list[CheckResult]) -> set[int]:
 
 def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: int = 0) -> None:
     tree = write_mutant_tree(tmp_path, kata, mutant)
-    results = grade(kata, tree, seed=seed, levels=mutant.levels)
+    # Levels in order, stopping at the first failing check: every lower level passed in full by then.
+    results = grade(kata, tree, seed=seed, levels=mutant.levels, stop_at_failure=True)
     failing = failed_levels(results)
     reasons = "\n".join(f"  {r.test_id}: {r.message.splitlines()[0]}" for r in results if not r.passed)
     assert failing, f"{kata} mutant {mutant.name} got full marks; level {mutant.caught_at} should catch it"
