@@ -85,6 +85,12 @@ class Cost:
 
 
 class _CostCounter(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled. Left True, torch wraps __torch_dispatch__ in torch._disable_dynamo, whose
+        # first call imports torch._dynamo (sympy, inductor): 4-5 s in every fresh grading process.
+        return False
+
     def __init__(self):
         super().__init__()
         self.ops = 0
