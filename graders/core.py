@@ -80,11 +80,11 @@ class Kata:
     (level 3). Checks particular to one kata are ordinary functions registered with `check`.
     """
 
-    def __init__(self, name: str, api: dict[str, str] | None = None):
+    def __init__(self, name: str):
         self.name = name
         self.manifest = manifest(name)
         self.title = self.manifest["title"]
-        self.api = api or self.manifest["api"]
+        self.api: dict[str, str] = self.manifest["api"]
         speed = self.manifest.get("speed", {})
         self.thresholds: dict[str, float] = speed.get("threshold", {})
         self.max_bytes_fraction: float | None = speed.get("max_bytes_fraction")
@@ -344,10 +344,9 @@ def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 
 
     `stop_at_failure`: checks run level by level (in the order of `levels`) and grading stops after the
     first failing check; enough to tell the first level that catches a mutant."""
-    session = GradingSession(solutions, **options)
-    results = []
+    session, grader, results = GradingSession(solutions, **options), load_grader(kata), []
     for level in levels:
-        for check in load_grader(kata).checks_at(level):
+        for check in grader.checks_at(level):
             results.append(session.run(check))
             if stop_at_failure and not results[-1].passed and not results[-1].skipped:
                 return results

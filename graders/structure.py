@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 
-import torch
 import torch.fx as fx
 
 from graders.core import CheckFailed
@@ -44,19 +42,3 @@ def assert_valid_graph_module(gm, function: str, *, in_place: bool = False) -> N
             f"the GraphModule {whose} runs stale code: its graph was edited but its forward was "
             "not regenerated. Call gm.recompile() after editing gm.graph."
         )
-
-
-def assert_module_count(gm: fx.GraphModule, module_type: type, expected: int, *, function: str,
-                        before: fx.GraphModule, hint: str) -> None:
-    nodes = call_module_nodes(gm, module_type)
-    if len(nodes) != expected:
-        names = ", ".join(n.target for n in nodes) or "none"
-        raise CheckFailed(
-            f"after {function}, the graph calls {len(nodes)} {module_type.__name__} module(s) ({names}); "
-            f"expected {expected}. Hint: {hint}" + before_after(before, gm)
-        )
-
-
-def traced_copy(model: torch.nn.Module) -> fx.GraphModule:
-    """A traced deep copy: the pass may do what it likes to it without touching `model`."""
-    return fx.symbolic_trace(copy.deepcopy(model))

@@ -2,7 +2,6 @@
 machine while it runs, and every other test a shared one, so no timing shares the CPU with other tests
 of this run (correctness tests still run on every core)."""
 import fcntl
-import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
