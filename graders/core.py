@@ -218,27 +218,62 @@ class Context:
 
     @property
     def solution(self) -> ModuleType:
+        if self.session.isolate:  # a grader bug: an isolated judge never imports solution code
+            raise RuntimeError("Context.solution is not available when grading is isolated; use call or defines")
         return self.session.load(self.kata.name)
 
     def call(self, function: str, *args, returns: type | tuple[type, ...] | None = None):
         """Call the learner's `function`; every way it can go wrong becomes one sentence."""
+        return self.invoke(function, *args, returns=returns).result
+
+    def invoke(self, function: str, *args, returns: type | tuple[type, ...] | None = None, watch: tuple = ()) -> Called:
+        """Call the learner's `function` on `args`; the result, and the arguments and `watch`ed objects as
+        they are after the call. In process they are the very objects; isolated (graders/worker.py), the
+        call ran in the worker and all three are rebuilt here from the data it sent back."""
         path = self.solution_path
-        fn = getattr(self.solution, function, None)
-        if not callable(fn):
-            raise CheckFailed(f"{path} has no function {function}: the kata asks for {self.kata.api[function]}.")
-        try:
-            result = fn(*args)
-        except NotImplementedError:
-            raise CheckFailed(
-                f"{function} is still the stub (it raises NotImplementedError): "
-                f"fill in the TODO(human) parts of {path}."
-            ) from None
-        except Exception as exc:
-            raise CheckFailed(f"{function} raised {describe_exception(exc, path)}.") from None
-        if returns is not None and not isinstance(result, returns):
+        if self.session.isolate:
+            called = self.session.worker(self.kata.name).call(self, function, args, watch)
+        else:
+            fn = getattr(self.solution, function, None)
+            if not callable(fn):
+                raise self.missing(function)
+            try:
+                result = fn(*args)
+            except NotImplementedError:
+                raise self.stub(function) from None
+            except Exception as exc:
+                raise CheckFailed(f"{function} raised {describe_exception(exc, path)}.") from None
+            called = Called(result, args, watch, type(result).__name__)
+        if returns is not None and not isinstance(called.result, returns):
             expected = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
-            raise CheckFailed(f"{function} returned a {type(result).__name__}; the kata asks for {self.kata.api[function]} returning {expected}.")
-        return result
+            raise CheckFailed(f"{function} returned a {called.type}; the kata asks for {self.kata.api[function]} returning {expected}.")
+        return called
+
+    def defines(self, name: str) -> str:
+        """What the solution's `name` is: "class", "function", "value" or "none"."""
+        if self.session.isolate:
+            return self.session.worker(self.kata.name).defines(self, name)
+        value = getattr(self.solution, name, None)
+        return "class" if isinstance(value, type) else "function" if callable(value) else \
+            "none" if value is None else "value"
+
+    def missing(self, function: str) -> CheckFailed:
+        return CheckFailed(f"{self.solution_path} has no function {function}: the kata asks for "
+                           f"{self.kata.api[function]}.")
+
+    def stub(self, function: str) -> CheckFailed:
+        return CheckFailed(f"{function} is still the stub (it raises NotImplementedError): "
+                           f"fill in the TODO(human) parts of {self.solution_path}.")
+
+
+@dataclass
+class Called:
+    """One call of a learner function: its result, and its arguments and watched objects after the call."""
+
+    result: Any
+    args: tuple
+    watched: tuple
+    type: str  # the name of the result's type (as the solution's process saw it)
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -257,6 +292,7 @@ class GradingSession:
         device: str = "cpu",
         threads: int = 1,
         speed: bool = True,
+        isolate: bool = False,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -265,6 +301,8 @@ class GradingSession:
         self.device = torch.device(device)
         self.threads = threads
         self.speed = speed
+        self.isolate = isolate  # solution code runs in worker processes only (graders/worker.py)
+        self._workers: dict[str, Any] = {}
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
@@ -291,6 +329,20 @@ class GradingSession:
         if isinstance(loaded, CheckFailed):
             raise CheckFailed(str(loaded))
         return loaded
+
+    def worker(self, kata: str):
+        """The worker process that runs this tree's solution of `kata` (isolated grading)."""
+        from graders.worker import Worker
+
+        if kata not in self._workers:
+            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads)
+        return self._workers[kata]
+
+    def close(self) -> None:
+        """Stop the workers."""
+        for worker in self._workers.values():
+            worker.stop()
+        self._workers.clear()
 
     def check_seed(self, check: Check) -> int:
         return zlib.crc32(f"{self.seed}/{check.kata}/{check.level}/{check.name}".encode())
@@ -345,12 +397,15 @@ def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 
     `stop_at_failure`: checks run level by level (in the order of `levels`) and grading stops after the
     first failing check; enough to tell the first level that catches a mutant."""
     session, grader, results = GradingSession(solutions, **options), load_grader(kata), []
-    for level in levels:
-        for check in grader.checks_at(level):
-            results.append(session.run(check))
-            if stop_at_failure and not results[-1].passed and not results[-1].skipped:
-                return results
-    return results
+    try:
+        for level in levels:
+            for check in grader.checks_at(level):
+                results.append(session.run(check))
+                if stop_at_failure and not results[-1].passed and not results[-1].skipped:
+                    return results
+        return results
+    finally:
+        session.close()
 
 
 def level_points(results: list[CheckResult]) -> dict[int, tuple[float, float]]:

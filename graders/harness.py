@@ -125,20 +125,27 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     before = case.trace(copy.deepcopy(model))
     traced = case.trace(model)
     extra = (on_device(case.inputs(case.batch_sizes[0]), ctx.device),) if via.example_inputs else ()
-    result = ctx.call(via.function, traced, *extra, returns=via.returns)
+    # `model` is watched: the pass must leave it as it was, and leaf modules it shares with `traced` show
+    # whether it did. Isolated, all of these come back rebuilt from the worker's records.
+    called = ctx.invoke(via.function, traced, *extra, returns=via.returns,
+                        watch=(model,) if isinstance(model, nn.Module) else ())
+    result, traced, model = called.result, called.args[0], (called.watched or (model,))[0]
     gm = result if isinstance(result, fx.GraphModule) else traced
-    assert_valid_graph_module(gm, via.function, in_place=gm is traced and via.returns is not fx.GraphModule)
+    assert_valid_graph_module(gm, via.function, in_place=via.returns is not fx.GraphModule)
     return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra)
 
 
-def module_states(model: nn.Module) -> dict[str, tuple[type, dict[str, torch.Tensor]]]:
-    """Every module of `model` by path: its type and its own parameters and buffers."""
-    return {path: (type(m), {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
+def module_states(model: nn.Module) -> dict[str, tuple[str, dict[str, torch.Tensor]]]:
+    """Every module of `model` by path: what it is (class name, configuration, mode) and its own parameters
+    and buffers. By name, not by class: after isolated grading the model comes back rebuilt from records
+    (graders/records.py)."""
+    return {path: (f"{type(m).__name__}({m.extra_repr()}){'' if m.training else ' in eval mode'}",
+                   {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
             for path, m in model.named_modules()}
 
 
-def _described(kind: type | None, state: dict[str, torch.Tensor]) -> str:
-    return "gone" if kind is None else f"a {kind.__name__} holding " + (
+def _described(kind: str | None, state: dict[str, torch.Tensor]) -> str:
+    return "gone" if kind is None else f"a {kind} holding " + (
         ", ".join(f"{name} {tuple(t.shape)}" for name, t in state.items()) or "nothing")
 
 
@@ -149,13 +156,13 @@ def assert_model_unchanged(run: Run, hint: str) -> None:
     now = module_states(run.model)
     for path, (kind, state) in module_states(run.pristine).items():
         where, (new_kind, new_state) = f"`{path}`" if path else "(the root)", now.get(path, (None, {}))
-        if new_kind is not kind or state.keys() != new_state.keys():
+        if new_kind != kind or state.keys() != new_state.keys():
             run.fail(f"after {run.via.function}, the module {where} of the model that was traced is "
                      f"{_described(new_kind, new_state)}; before the pass it was {_described(kind, state)}.", hint)
         changed = [key for key, t in state.items() if t.shape != new_state[key].shape
                    or not torch.equal(t, new_state[key])]
         if changed:
-            run.fail(f"after {run.via.function}, the {kind.__name__} {where} of the model that was traced holds "
+            run.fail(f"after {run.via.function}, the {kind.split('(')[0]} {where} of the model that was traced holds "
                      f"other values in {', '.join(changed)} than before the pass.", hint)
 
 

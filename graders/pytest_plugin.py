@@ -35,6 +35,9 @@ def pytest_addoption(parser):
     group.addoption("--device", choices=["cpu", "cuda"], default="cpu", help="device for models and timing")
     group.addoption("--threads", type=int, default=1, help="CPU threads while timing (default 1)")
     group.addoption("--no-speed", action="store_true", help="skip the speed level (L3)")
+    group.addoption("--isolate", action="store_true",
+                    help="run the solution in a sandboxed worker process and judge only the data it sends back "
+                         "(always on in score.py --submissions; print() still shows, breakpoint() does not work)")
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
@@ -113,7 +116,8 @@ def kata_session(request) -> GradingSession:
     if solutions not in sessions:
         sessions[solutions] = GradingSession(
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
-            threads=config.getoption("threads"), speed=not config.getoption("no_speed"))
+            threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
+            isolate=config.getoption("isolate"))
     return sessions[solutions]
 
 
@@ -161,6 +165,8 @@ def _tampering(config) -> str | None:
 
 
 def pytest_sessionfinish(session):
+    for grading in session.config.stash.get(_SESSIONS, {}).values():
+        grading.close()
     results = [r.to_dict() for r in _all_results(session.config)]
     tampering = _tampering(session.config)
     if tampering:  # whatever the checks said, a run that changed the grader proves nothing

@@ -280,10 +280,11 @@ class _Payload:
 
 
 class _Tracer(fx.Tracer):
-    """Keeps a module as one call_module node when it can travel whole, and traces through any other."""
+    """Keeps every module but a plain container as one call_module node: it travels whole, or gets a
+    record of its own, so the rebuilt tree has the original's paths and class names."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return _travels_whole(m)
+        return _travels_whole(m) or type(m) not in _CONTAINERS.values()
 
 
 def _travels_whole(module: nn.Module) -> bool:
@@ -304,7 +305,19 @@ def _trace(root, what: str, hint: str) -> fx.GraphModule:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         raise RecordError(f"{what} cannot be traced by torch.fx: {reason}; {hint}") from exc
     name = type(root).__name__ if isinstance(root, nn.Module) else root.__name__
-    return fx.GraphModule(tracer.root, graph, name if name.isidentifier() else "GraphModule")
+    traced = fx.GraphModule(tracer.root, graph, name if name.isidentifier() else "GraphModule")
+    if isinstance(root, nn.Module):  # GraphModule keeps only what the graph uses: keep the original tree
+        for child_name, child in root._modules.items():
+            if child is not None:
+                traced._modules[child_name] = child  # the original child, not fx's plain stand-in for a path
+        for tensor_name, tensor in root._parameters.items():
+            if tensor_name not in traced._parameters and not hasattr(traced, tensor_name):
+                traced.register_parameter(tensor_name, tensor)
+        for tensor_name, tensor in root._buffers.items():
+            if tensor is not None and not hasattr(traced, tensor_name):
+                traced.register_buffer(tensor_name, tensor, persistent=tensor_name not in root._non_persistent_buffers_set)
+    traced.training = root.training if isinstance(root, nn.Module) else traced.training
+    return traced
 
 
 def _at(path: str) -> str:
@@ -372,6 +385,7 @@ def _describe_graph_module(gm: fx.GraphModule, path: str, payload: _Payload, tra
         helpers[name] = (function, traced)
     record = {
         "graph": graph_record(gm, payload), "class": type(gm).__name__, "training": gm.training,
+        "stale": gm.code != gm.graph.python_code(root_module="self").src,  # graph edited, no recompile()
         "tensors": _tensors(gm, payload), "children": _children(gm, path, payload, tracing),
         "helpers": {name: {"module": function.__module__, "qualname": function.__qualname__,
                            **_describe_graph_module(traced, path, payload, (*tracing, function))}
@@ -601,4 +615,127 @@ def _rebuild_graph_module(record: dict, blob, path: str, where: str | None = Non
     for name, kind, tensor in tensors:
         _install(gm, name, kind, tensor, where)
     gm.training = bool(record["training"])
+    gm.recorded_stale_code = bool(record.get("stale"))  # the worker's module ran older code than its graph
     return gm
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several values in one blob: what a worker sends back for one call of a learner's function.
+
+VALUES_FORMAT = "fx-katas values record 1"
+
+
+def _value(value: Any, payload: _Payload, where: str) -> Any:
+    """One value as JSON: a module as its module record (sharing the payload, so a GraphModule and the
+    model it was traced from still share their submodules and tensors), a tensor by reference, a node
+    by name, plain data as itself."""
+    if isinstance(value, nn.Module):
+        return {"module": _describe_module(value, "", payload, ())}
+    if isinstance(value, torch.Tensor):
+        return {"tensor": payload.add("tensors", value)}
+    if isinstance(value, fx.Node):
+        return {"node": value.name}
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        return {"tuple" if isinstance(value, tuple) else "list": [_value(v, payload, where) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[_value(k, payload, where), _value(v, payload, where)] for k, v in value.items()]}
+    try:
+        return _encode(value, None, None)
+    except (RecordError, AttributeError):
+        raise RecordError(f"{where} is a {type(value).__qualname__}, which cannot travel back to the judge as "
+                          "data: return modules, tensors, numbers, strings, bools, nodes, or lists, tuples "
+                          "and dicts of them") from None
+
+
+def _structure(module: nn.Module, payload: _Payload) -> dict:
+    """A module's state without its behaviour: class name, mode, configuration (extra_repr), tensors and
+    children. For objects the judge inspects but never runs (the caller's model after a pass): tracing
+    runs forward, which can change buffers a model updates in place."""
+    if _travels_whole(module):
+        return {"kind": "saved", "ref": payload.add("modules", module)}
+    try:
+        extra = str(module.extra_repr())
+    except Exception as exc:  # noqa: BLE001 - the module's own code
+        extra = f"<extra_repr raised {type(exc).__name__}>"
+    return {"kind": "structure", "class": type(module).__name__, "training": module.training, "extra": extra,
+            "tensors": _tensors(module, payload),
+            "children": {name: _structure(child, payload) for name, child in module._modules.items()
+                         if child is not None}}
+
+
+class RecordedStructure(nn.Module):
+    """A module the judge holds as state only (class name, configuration, tensors, children)."""
+
+    def __init__(self, extra: str):
+        super().__init__()
+        self.recorded_extra_repr = extra
+
+    def extra_repr(self) -> str:
+        return self.recorded_extra_repr
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(f"{type(self).__name__} came back from the worker as its state only; it cannot run")
+
+
+def _rebuild_structure(record: dict, blob, path: str) -> nn.Module:
+    if record["kind"] == "saved":
+        return _rebuild_module(record, blob, path)
+    if record["kind"] != "structure":
+        raise RecordError(f"module {path} has an unknown kind {record['kind']!r}")
+    name = record["class"] if isinstance(record["class"], str) and record["class"].isidentifier() else "Module"
+    module = type(name, (RecordedStructure,), {})(str(record["extra"]))
+    module.training = bool(record["training"])
+    for tensor_name, kind, tensor in _rebuild_tensors(record, blob, _at(path)):
+        _install(module, tensor_name, kind, tensor, _at(path))
+    for child_name, child in record["children"].items():
+        module.add_module(_attribute_name(child_name, _at(path)),
+                          _rebuild_structure(child, blob, f"{path}.{child_name}" if path else child_name))
+    return module
+
+
+def record_values(values: dict[str, Any], structure: tuple[str, ...] = ()) -> bytes:
+    """{name: value} as one blob that loads with weights_only=True; nn.Modules become module records, the
+    modules named in `structure` state-only records (`_structure`). One payload: objects shared between
+    the values (a GraphModule and the model it was traced from) stay shared when rebuilt."""
+    payload = _Payload()
+    tree = {name: {"structure": _structure(value, payload)} if name in structure and isinstance(value, nn.Module)
+            else _value(value, payload, name) for name, value in values.items()}
+    return _save({"format": VALUES_FORMAT, "tree": json.dumps(tree), **payload.lists})
+
+
+def _rebuild_value(value: Any, blob, nodes: dict[str, fx.Node]) -> Any:
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, body), = value.items()
+        if kind == "module":
+            return _rebuild_module(body, blob, "")
+        if kind == "structure":
+            return _rebuild_structure(body, blob, "")
+        if kind in ("tuple", "list"):
+            items = [_rebuild_value(v, blob, nodes) for v in body]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "dict":
+            return {_rebuild_value(k, blob, nodes): _rebuild_value(v, blob, nodes) for k, v in body}
+    return _decode(value, nodes, blob["tensors"], "a returned value")
+
+
+def rebuild_values(data: bytes, nodes_of: str | None = None) -> dict[str, Any]:
+    """The values a `record_values` blob holds, modules rebuilt without learner code. A node refers to
+    the graph of the GraphModule under `nodes_of` (the module a pass was given)."""
+    blob = _load(data)
+    if not (isinstance(blob, dict) and blob.get("format") == VALUES_FORMAT):
+        raise RecordError(f"the data is not a values record (format {VALUES_FORMAT!r})")
+    try:
+        tree = json.loads(blob["tree"])
+        values: dict[str, Any] = {}
+        if nodes_of in tree:
+            values[nodes_of] = _rebuild_value(tree[nodes_of], blob, {})
+        graph_owner = values.get(nodes_of)
+        nodes = {n.name: n for n in graph_owner.graph.nodes} if isinstance(graph_owner, fx.GraphModule) else {}
+        for name, value in tree.items():
+            if name not in values:
+                values[name] = _rebuild_value(value, blob, nodes)
+        return values
+    except RecordError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed record: say so rather than crash the judge
+        raise RecordError(f"the record is malformed: {type(exc).__name__}: {exc}") from None

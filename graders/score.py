@@ -15,6 +15,8 @@ Organiser mode (--submissions DIR) grades every team folder in DIR with one secr
 teams' NN_name/solution.py files are copied into a staging tree, so nothing else a team ships can
 reach the grading; each team's run is stored and LEADERBOARD.md regenerated. --jobs N grades the
 correctness levels of N katas at once; the speed level always runs alone so timings stay fair.
+Solution code runs only in sandboxed worker processes (graders/worker.py, --isolate): the grading
+process never imports it and trusts only the data the workers send back.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from graders.katas import KATAS, REPO_ROOT, is_available
 from graders.progress import is_complete, next_hint, progress_line, remember
 from graders.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run
 from graders.scan import scan_tree
+from graders.worker import sandbox_problem
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -60,6 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "always run alone, afterwards)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the run's raw results to FILE")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed levels (L3)")
+    parser.add_argument("--isolate", action="store_true",
+                        help="run solution code only in sandboxed worker processes, judged by the data they send "
+                             "back (always on with --submissions)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads while timing (default 1)")
     parser.add_argument("--seed", type=int, help="grading seed (default: random, printed)")
@@ -77,6 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"--submissions {args.submissions}: no such folder")
     elif not args.solutions.is_dir():
         parser.error(f"--solutions {args.solutions}: no such folder")
+    args.isolate = args.isolate or args.submissions is not None
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -144,6 +151,7 @@ def run_kata(kata: str, tree: Path, args: argparse.Namespace, seed: int, levels:
                    "--solutions", str(tree.resolve()), "--seed-file", str(seed_file), "--device", args.device,
                    "--threads", str(args.threads), "--results-json", str(out)]
         command += ["--no-speed"] if args.no_speed else []
+        command += ["--isolate"] if args.isolate else []
         command += ["--levels", levels] if levels else []
         try:
             proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout,
@@ -216,7 +224,8 @@ def make_run(team: str, tree: Path, source: Path, katas: dict[str, dict], seed: 
     graded = [r for r in katas.values() if r["status"] != "not available"]
     return {"schema": SCHEMA, "team": team, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "seed": seed, "device": args.device, "device_name": device_name(args.device), "threads": args.threads,
-            "speed": not args.no_speed, "torch": torch.__version__, "python": platform.python_version(),
+            "speed": not args.no_speed, "isolated": args.isolate, "sandboxed": args.isolate and not sandbox_problem(),
+            "torch": torch.__version__, "python": platform.python_version(),
             "solutions": str(source.resolve()), "solutions_hash": solutions_hash(tree),
             "total_points": sum(r["points"] for r in graded), "possible_points": 100.0 * len(graded),
             "disqualified": [f"{kata}: {r['disqualified']}" for kata, r in katas.items() if r.get("disqualified")],
@@ -297,6 +306,8 @@ def main(argv=None) -> int:
     selected = args.kata or list(KATAS)
     available = [k for k in selected if is_available(k)]
     organiser = args.submissions is not None
+    if args.isolate and sandbox_problem():
+        print(f"WARNING: {sandbox_problem()}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as staging:
         if organiser:
             trees = stage_submissions(args.submissions, available, Path(staging))

@@ -37,7 +37,7 @@ def assert_valid_graph_module(gm, function: str, *, in_place: bool = False) -> N
         gm.graph.lint()
     except Exception as exc:
         raise CheckFailed(f"Graph.lint() rejects the graph {function} {whose.split(' ', 1)[1]}: {exc}") from None
-    if gm.code != gm.graph.python_code(root_module="self").src:
+    if getattr(gm, "recorded_stale_code", False) or gm.code != gm.graph.python_code(root_module="self").src:
         raise CheckFailed(
             f"the GraphModule {whose} runs stale code: its graph was edited but its forward was "
             "not regenerated. Call gm.recompile() after editing gm.graph."

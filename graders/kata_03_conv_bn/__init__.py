@@ -103,8 +103,7 @@ def original_model_unchanged(ctx: Context):
     run = apply(ctx, EXACT_CASES["several_blocks_relu"], FOLD)
     hint = ("symbolic_trace shares the conv modules with the original model; fold into a copy "
             "(copy.deepcopy(conv)) and install it with gm.set_submodule.")
-    assert_same_outputs(run.pristine, run.model, run.input_sets(), what="the model that was traced, after the pass ran,",
-                        hint=hint)
+    # Every module keeps its class, configuration, mode, parameters and buffers: so the model computes what it did.
     assert_model_unchanged(run, hint)
 
 

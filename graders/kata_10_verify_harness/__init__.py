@@ -12,7 +12,7 @@ import time
 import torch
 import torch.fx as fx
 
-from graders.core import CheckFailed, Context, Kata
+from graders.core import Called, CheckFailed, Context, Kata
 from graders.harness import Case, build, on_device
 from graders.timing import measure_speedup
 
@@ -28,13 +28,14 @@ def built(ctx: Context, case: Case) -> tuple[torch.nn.Module, tuple]:
     return build(ctx, case), on_device(case.inputs(case.batch_sizes[0]), ctx.device)
 
 
-def verify(ctx: Context, model: torch.nn.Module, pass_fn, inputs: tuple) -> tuple[dict, float]:
-    """The learner's verify_pass on one model and pass, its report checked for keys and types."""
+def verify(ctx: Context, model: torch.nn.Module, pass_fn, inputs: tuple, watch: tuple = ()) -> tuple[dict, float, Called]:
+    """The learner's verify_pass on one model and pass, its report checked for keys and types; with the call
+    (the model and `watch`ed objects as they are afterwards)."""
     start = time.perf_counter()
     # A GraphModule whose code raises prints the generated code to stderr before re-raising: noise here.
     with contextlib.redirect_stderr(io.StringIO()):
-        report = ctx.call("verify_pass", model, pass_fn, inputs, returns=dict)
-    elapsed = time.perf_counter() - start
+        called = ctx.invoke("verify_pass", model, pass_fn, inputs, returns=dict, watch=watch)
+    report, elapsed = called.result, time.perf_counter() - start
     if missing := [key for key in (*CHECK_KEYS, "speedup") if key not in report]:
         raise CheckFailed(f"verify_pass returned a dict without the key(s) {', '.join(missing)}; it must have "
                           f"{', '.join(CHECK_KEYS)} (bools) and speedup (a float).")
@@ -44,14 +45,15 @@ def verify(ctx: Context, model: torch.nn.Module, pass_fn, inputs: tuple) -> tupl
                               "each check must be a Python bool (wrap a tensor result in bool(...)).")
     if not isinstance(report["speedup"], (float, int)):
         raise CheckFailed(f"verify_pass returned speedup={report['speedup']!r}; it must be a float.")
-    return report, elapsed
+    return report, elapsed, called
 
 
 def run_case(ctx: Context, name: str, case: Case) -> dict:
     """verify_pass must report the case's truth about its pass, and leave the caller's model as it was."""
     model, inputs = built(ctx, case)
     pristine = copy.deepcopy(model)
-    report, elapsed = verify(ctx, model, case.extra["pass"], inputs)
+    report, elapsed, called = verify(ctx, model, case.extra["pass"], inputs)
+    model = called.args[0]  # as verify_pass left it (rebuilt from the worker's record when isolated)
     label = case.extra.get("label") or name
     for key, truth in case.expect.items():
         if report[key] != truth:
@@ -73,7 +75,7 @@ def check_speedup(ctx: Context, pass_fn, what: str, low: float, high: float = ma
     expectation = f"{what} must measure " + (f"between {low} and {high}" if high < math.inf else f"at least {low}x")
     model, inputs = built(ctx, BENCHMARK)
     baseline, candidate = fx.symbolic_trace(copy.deepcopy(model)), pass_fn(fx.symbolic_trace(copy.deepcopy(model)))
-    report, elapsed = verify(ctx, model, pass_fn, inputs)
+    report, elapsed, _ = verify(ctx, model, pass_fn, inputs)
     theirs, ours = float(report["speedup"]), measure_speedup(baseline, candidate, inputs, threads=ctx.threads)
     figures = {"learner_speedup": round(theirs, 3), "grader_speedup": round(ours.median, 3),
                "agreement_factor": AGREEMENT_FACTOR, "verify_pass_s": round(elapsed, 2)}
@@ -95,21 +97,40 @@ KATA.add(3, "dead_code_speedup", lambda ctx: check_speedup(
     ctx, eliminate_dead_code, "removing two of the three Linears", KATA.thresholds[ctx.device.type]))
 
 
+class CallLog:
+    """A forward pre-hook on fc1 that logs which copy ("original", "transformed") ran on the example input.
+    A class, not a closure, so that it travels to a worker with the model."""
+
+    def __init__(self, example: torch.Tensor):
+        self.example, self.calls = example, []
+
+    def __call__(self, fc1, args):
+        if torch.equal(args[0], self.example):
+            self.calls.append(fc1.side)
+        # returns None: a pre-hook's other return values replace the input
+
+    def __deepcopy__(self, memo):  # the copies verify_pass makes of the model all log here, as a closure would
+        return self
+
+
+def tags_the_transformed_copy(gm):
+    """The identity, but the copy it returns reports itself as "transformed" to the CallLog."""
+    gm.fc1.side = "transformed"
+    return gm
+
+
 @KATA.check(level=3)
 def interleaved_timing(ctx: Context):
     """Graded on the order of the calls, not on a clock: timing all of one model, then all of the other, puts the
     machine's drift into the ratio; no clock reading tells that apart from the pass reliably, the call order does."""
     model, inputs = built(ctx, CASES["identity_pass"])
     # fc1 is a leaf: deepcopy and symbolic_trace keep it and this hook, so every copy reports (the pass tags its own).
-    log, example, model.fc1.side = [], torch.abs(torch.flatten(inputs[0], 1)), "original"
-    model.fc1.register_forward_pre_hook(lambda fc1, args: log.append(fc1.side) if torch.equal(args[0], example)
-                                        else None)  # a pre-hook's return value other than None replaces the input
-
-    def tags_the_transformed_copy(gm):  # the identity, but the copy it returns reports itself as "transformed"
-        gm.fc1.side = "transformed"
-        return gm
-
-    report, elapsed = verify(ctx, model, tags_the_transformed_copy, inputs)
+    model.fc1.side = "original"
+    hook = CallLog(torch.abs(torch.flatten(inputs[0], 1)))
+    model.fc1.register_forward_pre_hook(hook)
+    # The log is watched: isolated, the calls happen in the worker and the log comes back as data.
+    report, elapsed, called = verify(ctx, model, tags_the_transformed_copy, inputs, watch=(hook.calls,))
+    log = called.watched[0]
     figures = {"verify_pass_s": round(elapsed, 2)}
     for side in ("original", "transformed"):
         calls = log.count(side)
