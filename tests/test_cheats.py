@@ -1,5 +1,6 @@
 """Cheats (tests/cheats/) are rejected: by the checks, the static scan, the runtime guard, the
-implausible-speedup ceiling, or the organiser's staging of submissions.
+implausible-speedup ceiling, or the organiser's staging of submissions; and, isolated (--isolate, as in
+organiser mode), every one is rejected or harmless: the solution runs in a worker, the judge trusts data.
 
 Every cheat is graded in its own pytest subprocess: the tampering ones patch the process they run in.
 """
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from graders.katas import REPO_ROOT
 from graders.scan import scan_source
+from graders.worker import sandbox_problem
 
 KATA = "03_conv_bn"
 CHEATS = Path(__file__).parent / "cheats"
@@ -27,21 +30,36 @@ class Cheat:
     caught_at: int | None  # the level whose checks reject it (None: tampering, every record is disqualified)
     says: str              # what the learner-facing sentence of the failing check contains
     scanned: bool          # whether the static scan flags it too
+    isolated: int | None   # isolated: the level whose checks reject it, or None: it gets an honest pass's grade
+    in_process: bool = True  # whether the in-process defences reject it too (the newer cheats defeat them)
+    isolated_levels: str = ""  # the levels graded isolated, where they differ
 
 
 CASES = [
-    Cheat("noop", "1,3", 1, "BatchNorm2d", scanned=False),
-    Cheat("returns_zeros", "2", 2, "does not compute what the original does", scanned=False),
-    Cheat("mutates_shared_modules", "2", 2, "does not compute what the original does", scanned=False),
-    Cheat("special_cases_visible_models", "1,2,4", 4, "BatchNorm2d", scanned=False),
-    Cheat("memoises_by_address", "3", 3, "does not compute what the original does", scanned=False),
-    Cheat("memoises_by_identity", "3", 3, "implausible", scanned=False),
-    Cheat("slows_the_baseline", "1", None, "torch.nn.BatchNorm2d.forward was added", scanned=True),
-    Cheat("patches_the_timer", "1", None, "torch.utils.benchmark.Timer.blocked_autorange was replaced", scanned=True),
-    Cheat("patches_the_grader", "1", None, "graders.core.GradingSession.run was replaced", scanned=True),
-    Cheat("replaces_a_module", "1", None, "sys.modules['time'] was replaced", scanned=True),
-    Cheat("sets_the_environment", "1", None, "environment variable OMP_NUM_THREADS was changed", scanned=True),
+    Cheat("noop", "1,3", 1, "BatchNorm2d", scanned=False, isolated=1),
+    Cheat("returns_zeros", "2", 2, "does not compute what the original does", scanned=False, isolated=2),
+    Cheat("mutates_shared_modules", "2", 2, "does not compute what the original does", scanned=False, isolated=2),
+    Cheat("special_cases_visible_models", "1,2,4", 4, "BatchNorm2d", scanned=False, isolated=4),
+    Cheat("memoises_by_address", "3", 3, "does not compute what the original does", scanned=False, isolated=3),
+    Cheat("memoises_by_identity", "3", 3, "implausible", scanned=False, isolated=None),
+    Cheat("slows_the_baseline", "1", None, "torch.nn.BatchNorm2d.forward was added", scanned=True, isolated=None,
+          isolated_levels="1,3"),
+    Cheat("patches_the_timer", "1", None, "torch.utils.benchmark.Timer.blocked_autorange was replaced", scanned=True,
+          isolated=None, isolated_levels="1,3"),
+    Cheat("patches_the_grader", "1", None, "graders.core.GradingSession.run was replaced", scanned=True, isolated=None),
+    Cheat("replaces_a_module", "1", None, "sys.modules['time'] was replaced", scanned=True, isolated=None),
+    Cheat("sets_the_environment", "1", None, "environment variable OMP_NUM_THREADS was changed", scanned=True,
+          isolated=None),
+    # Written against the in-process defences (issue: "the solution never runs in the process that judges it").
+    Cheat("rewrites_the_records_at_exit", "1", None, "", scanned=True, isolated=1, in_process=False),
+    Cheat("caches_the_forward", "3", None, "", scanned=False, isolated=None, in_process=False),
+    Cheat("hooks_every_batchnorm", "3", None, "", scanned=True, isolated=None, in_process=False),
+    Cheat("slows_batch_norm_in_a_mode", "3", None, "", scanned=True, isolated=None, in_process=False),
+    Cheat("reaches_the_grader_through_torch", "3", None, "", scanned=False, isolated=None, in_process=False),
 ]
+# What the honest fold leaves on the L3 benchmark (aten ops per call) and a speedup it never reaches: it
+# measures 1.44x-1.51x on the 2-core CI machine; the issue measured these cheats at 2.4x-2.8x in process.
+HONEST_ATEN_OPS_AFTER, HONEST_SPEEDUP_BELOW = 16, 2.0
 
 
 # What every cheat may use: the reference's honest pass, and a way to put any module behind a graph.
@@ -63,15 +81,16 @@ def cheat_source(name: str) -> str:
     return f"{reference}\n{CHEAT_PREAMBLE}\n\n{(CHEATS / f'{name}.py').read_text()}"
 
 
-def grade_cheat(tmp_path: Path, cheat: Cheat) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -> tuple[subprocess.CompletedProcess, list[dict]]:
     (tmp_path / KATA).mkdir()
     (tmp_path / KATA / "solution.py").write_text(cheat_source(cheat.name))
     records = tmp_path / "records.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", f"katas/{KATA}", "-p", "no:cacheprovider", "--solutions", str(tmp_path),
-         "--seed", "0", "--levels", cheat.levels, "--results-json", str(records)],
+         "--seed", "0", "--levels", levels or cheat.levels, "--results-json", str(records), *options],
         cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     assert records.exists(), proc.stdout + proc.stderr
+    time.sleep(1.0)  # time enough for anything the cheat left running to rewrite the records
     return proc, json.loads(records.read_text())["results"]
 
 
@@ -79,8 +98,12 @@ def test_every_cheat_file_has_a_case():
     assert sorted(p.stem for p in CHEATS.glob("*.py")) == sorted(c.name for c in CASES)
 
 
-@pytest.mark.parametrize("cheat", [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in c.levels else [])
-                                   for c in CASES])
+def timing_marks(cheats, isolated=False):
+    return [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in (isolated and c.isolated_levels or c.levels)
+                         else []) for c in cheats]
+
+
+@pytest.mark.parametrize("cheat", timing_marks(c for c in CASES if c.in_process))
 def test_cheat_is_rejected(tmp_path, cheat):
     proc, results = grade_cheat(tmp_path, cheat)
     assert proc.returncode == 1, proc.stdout
@@ -93,6 +116,26 @@ def test_cheat_is_rejected(tmp_path, cheat):
     assert failed and min(r["level"] for r in failed) == cheat.caught_at, failed
     assert any(cheat.says in r["message"] for r in failed if r["level"] == cheat.caught_at), failed
     assert not any(r["message"].startswith("tampering") for r in results)
+
+
+@pytest.mark.parametrize("cheat", timing_marks(CASES, isolated=True))
+def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
+    """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
+    graph it sent back. Rejected at its level, or graded as the honest pass it wraps: the same aten ops
+    on the benchmark and an honest speedup, never disqualified (that is the static scan's job)."""
+    if cheat.name == "rewrites_the_records_at_exit" and sandbox_problem():
+        pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
+    proc, results = grade_cheat(tmp_path, cheat, "--isolate", levels=cheat.isolated_levels)
+    assert results and not any(r["disqualified"] or r["message"].startswith("tampering") for r in results), results
+    failed = [r for r in results if not r["passed"] and not r["skipped"]]
+    if cheat.isolated is not None:
+        assert failed and min(r["level"] for r in failed) == cheat.isolated, results
+        return
+    assert not failed, failed
+    for r in results:
+        if r["level"] == 3:
+            assert r["figures"]["aten_ops_after"] == HONEST_ATEN_OPS_AFTER, r["figures"]
+            assert r["figures"]["speedup"] < HONEST_SPEEDUP_BELOW, r["figures"]
 
 
 @pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
@@ -147,7 +190,8 @@ def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
     assert runs["honest"]["katas"][KATA]["points"] == 80 and not runs["honest"]["disqualified"]
     assert runs["sneaky"]["total_points"] == 0
     assert "does not exist" in runs["sneaky"]["katas"]["01_linear_relu"]["message"]
-    assert "OMP_NUM_THREADS was changed" in " ".join(runs["flagged"]["disqualified"])
+    # Organiser mode is isolated: the environment the worker changed is its own; the static scan disqualifies.
+    assert "static scan" in " ".join(runs["flagged"]["disqualified"])
     assert "imports os" in runs["flagged"]["katas"][KATA]["scan"][0]
     seeds = {run["seed"] for run in runs.values()}
     assert len(seeds) == 1 and f"The seed was {seeds.pop()}" in proc.stdout
