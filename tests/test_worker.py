@@ -1,0 +1,93 @@
+"""Isolated grading (graders/worker.py): the solution runs in a worker, the judge sees data only.
+
+Each failure of the worker is one sentence in the check's result, and an honest solution earns the
+same verdicts isolated as in process.
+"""
+from pathlib import Path
+
+import pytest
+
+from graders.core import grade
+from graders.katas import REPO_ROOT
+from graders.worker import Worker, WorkerFailed, sandbox_problem
+
+KATA = "03_conv_bn"
+PREAMBLE = "import torch\nimport torch.fx as fx\nimport torch.nn as nn\n\n"
+
+
+def tree(tmp_path: Path, body: str, kata: str = KATA) -> Path:
+    (tmp_path / kata).mkdir(parents=True)
+    (tmp_path / kata / "solution.py").write_text(PREAMBLE + body)
+    return tmp_path
+
+
+def first_message(tmp_path: Path, body: str, check: str = "single_pair") -> str:
+    results = grade(KATA, tree(tmp_path, body), levels=(1,), isolate=True, seed=0)
+    return next(r.message for r in results if r.check == check)
+
+
+def test_a_stub_reads_as_in_process(tmp_path):
+    body = "def fuse_conv_bn_weights(*args):\n    raise NotImplementedError\n\n\n" \
+           "def fuse_conv_bn(gm):\n    raise NotImplementedError\n"
+    assert first_message(tmp_path, body).startswith("fuse_conv_bn is still the stub")
+
+
+def test_a_missing_file_and_an_import_error_are_one_sentence(tmp_path):
+    results = grade(KATA, tmp_path, levels=(1,), isolate=True, seed=0)
+    assert all("does not exist" in r.message for r in results)
+    message = first_message(tmp_path, "raise RuntimeError('boom')\n")
+    assert message.startswith("importing ") and "RuntimeError: boom" in message
+
+
+def test_a_worker_that_dies_costs_the_check_only(tmp_path):
+    body = "import os\n\ndef fuse_conv_bn(gm):\n    os._exit(3)\n"
+    assert first_message(tmp_path, body) == ("the worker process running the solution died while fuse_conv_bn ran "
+                                             "(exit status 3: out of memory, or the solution called exit)")
+
+
+def test_print_goes_to_stderr_not_into_the_channel(tmp_path, capfd):
+    body = "def fuse_conv_bn(gm):\n    print('hello from the pass')\n    return gm\n"
+    message = first_message(tmp_path, body)
+    assert "BatchNorm2d" in message  # graded as the no-op it is
+    assert "hello from the pass" in capfd.readouterr().err
+
+
+def test_what_cannot_travel_is_named(tmp_path):
+    body = "def fuse_conv_bn(gm):\n    gm.graph.call_function(print, ())\n    gm.recompile()\n    return gm\n"
+    message = first_message(tmp_path, body)
+    assert "cannot be sent to the judge as data" in message or "not an allowed tensor operation" in message, message
+
+
+def test_a_pass_that_hangs_is_stopped(tmp_path):
+    worker = Worker(tree(tmp_path, "def fuse_conv_bn(gm):\n    while True:\n        pass\n") / KATA / "solution.py",
+                    KATA)
+    try:
+        with pytest.raises(WorkerFailed, match="timed out: fuse_conv_bn did not finish"):
+            worker.request({"kind": "call", "function": "fuse_conv_bn", "args": (None,), "watch": ()}, timeout=20)
+        assert worker._process is None  # killed, process group and all; the next request starts a fresh one
+    finally:
+        worker.stop()
+
+
+@pytest.mark.skipif(bool(sandbox_problem()), reason=f"no sandbox on this machine: {sandbox_problem()}")
+def test_the_sandbox_shows_only_the_solution_and_the_libraries(tmp_path):
+    probe = ", ".join(f"({str(path)!r}, __import__('os').path.exists({str(path)!r}))" for path in (
+        REPO_ROOT / "README.md", REPO_ROOT / "results", REPO_ROOT / "reference", tmp_path / "elsewhere.txt"))
+    (tmp_path / "elsewhere.txt").write_text("another team's file")
+    body = ("import socket\n\n"
+            "def fuse_conv_bn(gm):\n"
+            f"    seen = [p for p, there in [{probe}] if there]\n"
+            "    try:\n        socket.create_connection(('127.0.0.1', 22), timeout=1)\n        seen.append('network')\n"
+            "    except OSError:\n        pass\n"
+            "    raise RuntimeError(f'seen: {seen}')\n")
+    message = first_message(tmp_path, body)
+    assert message.startswith("fuse_conv_bn raised RuntimeError: seen: []"), message
+
+
+@pytest.mark.parametrize("kata", ["01_linear_relu", "03_conv_bn", "10_verify_harness"])
+def test_the_reference_earns_the_same_verdicts_isolated(kata):
+    verdicts = {isolate: [(r.test_id, r.passed, r.points) for r in grade(kata, REPO_ROOT / "reference", seed=7,
+                                                                             levels=(1, 2, 4), isolate=isolate)]
+                for isolate in (False, True)}
+    assert verdicts[True] == verdicts[False]
+    assert all(passed for _, passed, _ in verdicts[True])
