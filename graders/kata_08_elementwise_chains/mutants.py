@@ -5,8 +5,7 @@ NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    chains = fi
                "    return 0\n    modules = dict(gm.named_modules())\n    chains = find_elementwise_chains(gm)",
                caught_at=1)
 ONE_USER = "if source in elementwise and len(source.users) == 1:"
-GRAD_MODE = "    grad = torch.is_grad_enabled()\n"
-HEAD_STEP = "            if index > 0 and _fits_in_place(step, value, args, kwargs):"
+PLAN = "        steps = plan_in_place(steps)\n"
 
 MUTANTS = [
     NO_OP,
@@ -33,20 +32,23 @@ MUTANTS = [
            caught_at=2),
     Mutant("inserts_fused_node_at_head", "with gm.graph.inserting_before(tail):",
            "with gm.graph.inserting_before(chain[0]):", caught_at=2),
-    Mutant("puts_chain_value_first", "BINARY_FUNCTIONS[step.kind](*args, **kwargs, out=value)",
-           "BINARY_FUNCTIONS[step.kind](value, *[a for a in args if a is not value], **kwargs, out=value)",
-           caught_at=2),
-    Mutant("ignores_broadcast_growth", "                return False  # the result is larger",
-           "                pass  # the result is larger", caught_at=2),
-    Mutant("ignores_dtype_promotion", "    return dtype == value.dtype", "    return True", caught_at=2),
-    # Runs every step after the head in place even when autograd needs the overwritten value (a sigmoid's
-    # output) or a parameter operand requires grad: outputs under no_grad are right, backward is not.
-    Mutant("in_place_under_autograd", GRAD_MODE, "    grad = False\n", caught_at=2),
-    # The head step writes into the tensor it reads (the caller's input) when the result fits it.
-    Mutant("writes_into_its_input", HEAD_STEP,
-           "            if index == 0 and isinstance(args[0], torch.Tensor) and _fits_in_place(step, args[0], args, kwargs):\n"
-           "                value = args[0]\n"
-           "            if value is not None and _fits_in_place(step, value, args, kwargs):", caught_at=2),
+    Mutant("puts_chain_value_first", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)",
+           "tuple(sorted(map_arg(node.args, to_template), key=lambda a: a is not CHAIN_VALUE)), "
+           "map_arg(node.kwargs, to_template)", caught_at=2),
+    # Runs `value.add_(tensor)` in place too: wrong where the tensor operand broadcasts the value larger.
+    Mutant("in_place_with_tensor_operand",
+           "by_a_number = len(step.args) == 2 and isinstance(step.args[1], (int, float))",
+           "by_a_number = len(step.args) == 2", caught_at=2),
+    # Runs in place on a value that may be an integer tensor: `v.div_(2)` cannot promote it to float.
+    Mutant("ignores_dtype_promotion", "and float_tensor and before.kind", "and before.kind", caught_at=2),
+    # Overwrites a sigmoid's or relu's output, which their backward reads: outputs right, backward raises.
+    Mutant("in_place_under_autograd", "and before.kind not in SAVES_RESULT:", ":", caught_at=2),
+    # The head step writes into the tensor it reads (the caller's input) when it has an in-place form.
+    Mutant("writes_into_its_input", "    planned = [steps[0]]  # the head",
+           "    head = steps[0]\n"
+           "    head_in_place = _in_place(Step(head.kind, head.op, head.target, (CHAIN_VALUE, *head.args[1:]), head.kwargs))\n"
+           "    planned = [Step(head.kind, 'call_method', head.kind + '_', head.args, head_in_place.kwargs)\n"
+           "               if head_in_place else head]  # the head", caught_at=2),
     # Runs the chain without autograd (for speed): the outputs are right, but no gradient flows back.
     Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        value = None",
            "    @torch.no_grad()\n    def forward(self, *inputs):\n        value = None", caught_at=2),
@@ -54,11 +56,11 @@ MUTANTS = [
            "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
            "        module = modules.get(node.target)\n", caught_at=4),
     # The fused node is one node, numerically right, but still runs the ops one by one: only L3 sees it.
-    Mutant("fused_node_calls_ops_one_by_one", GRAD_MODE, "    return False\n" + GRAD_MODE, caught_at=3),
+    Mutant("fused_node_calls_ops_one_by_one", PLAN, "", caught_at=3),
 ]
 
 VARIANTS = [
-    # More cautious than the reference: no in-place step at all while grad mode is on, even where nothing
-    # requires grad (the speed level runs under torch.no_grad, so it keeps its speed there).
-    Variant("out_of_place_whenever_grad_is_on", "or (grad and value.requires_grad):", "or grad:"),
+    # More cautious than the reference: nothing in place after a neg either (its backward needs nothing).
+    Variant("no_in_place_after_neg", 'SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp"}',
+            'SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "neg"}'),
 ]

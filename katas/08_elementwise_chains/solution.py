@@ -33,13 +33,14 @@ def fuse_elementwise_chains(gm: fx.GraphModule) -> int:
     """Replace every chain of find_elementwise_chains(gm) by one node that computes it; return how many.
 
     The fused node must compute exactly what the chain did, and faster: an unfused n-op chain writes n
-    fresh tensors, the fused node should write one (README: "Why this pass exists").
+    fresh tensors, the fused node as few as autograd allows (README: "Why this pass exists").
     """
     # TODO(human): for each chain, collect the nodes it reads from outside itself: the fused node's args.
-    # TODO(human): build a module (or function) that runs the chain's ops, writing into one buffer where
-    #   the result fits it (same shape, same dtype) and autograd allows it (grad off, or nothing the step
-    #   reads requires grad: README "Autograd"); never write into its inputs. Install it with
-    #   gm.add_submodule(...).
+    # TODO(human): build a module that runs the chain's ops, reusing one buffer in place where that is
+    #   exact for any input (shape, dtype, grad mode: README "When a result does not fit the buffer",
+    #   "Autograd"); never write into its inputs. Decide in place or not HERE, from the graph: the
+    #   module's forward must be traceable by torch.fx (no branch on tensors, callables that are torch
+    #   functions, Tensor methods or registered submodules). Install it with gm.add_submodule(...).
     # TODO(human): insert the fused node where the chain's LAST node is (gm.graph.inserting_before),
     #   point the last node's users at it, then erase the chain's nodes, last first.
     # TODO(human): the graph changed: check it with gm.graph.lint() and regenerate forward().
