@@ -42,8 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-speed", action="store_true", help="never grade the speed level (L3)")
     parser.add_argument("--seed", type=int, default=0, help="grading seed (default 0: the same models each save)")
     args = parser.parse_args(argv)
-    # What score.run_kata needs besides: grading on the CPU, one thread, score.py's own limits.
-    args.device, args.threads, args.kata_timeout, args.kata_memory = "cpu", 1, 900.0, 8.0
+    # What score.run_kata needs besides: grading on the CPU, one thread, score.py's own limits, in process
+    # (the learner's own code: print and breakpoint() work).
+    args.device, args.threads, args.kata_timeout, args.kata_memory, args.isolate = "cpu", 1, 900.0, 8.0, False
     return args
 
 

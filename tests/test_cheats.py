@@ -200,4 +200,4 @@ def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
     rows = {line.split("|")[2].strip(): line.split("|")[1].strip() for line in board.splitlines()
             if line.startswith("| ") and "team" not in line}
     assert rows == {"honest": "1", "sneaky": "2", "flagged": "DQ"}, board
-    assert "disqualified: 03_conv_bn: tampering" in board
+    assert "disqualified: 03_conv_bn: static scan" in board
