@@ -20,6 +20,7 @@ from tabulate import tabulate
 from graders.core import LEVELS, GradingSession, level_points, resolve_seed
 from graders.integrity import Guard
 from graders.katas import load_grader
+from graders.worker import Channel
 
 _SEED = pytest.StashKey[int]()
 _SESSIONS = pytest.StashKey[dict]()
@@ -35,6 +36,8 @@ def pytest_addoption(parser):
     group.addoption("--device", choices=["cpu", "cuda"], default="cpu", help="device for models and timing")
     group.addoption("--threads", type=int, default=1, help="CPU threads while timing (default 1)")
     group.addoption("--no-speed", action="store_true", help="skip the speed level (L3)")
+    group.addoption("--worker-channel", action="append", default=[], metavar="KATA,PID,W,R",
+                    help="(score.py) a worker it started for KATA: its process id and the pipes to and from it")
     group.addoption("--isolate", action="store_true",
                     help="run the solution in a sandboxed worker process and judge only the data it sends back "
                          "(always on in score.py --submissions; print() still shows, breakpoint() does not work)")
@@ -117,7 +120,8 @@ def kata_session(request) -> GradingSession:
         sessions[solutions] = GradingSession(
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
-            isolate=config.getoption("isolate"))
+            isolate=config.getoption("isolate"), worker_channels={
+                text.split(",", 1)[0]: Channel.parse(text.split(",", 1)[1]) for text in config.getoption("worker_channel")})
     return sessions[solutions]
 
 

@@ -197,7 +197,25 @@ def main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    _warm_up(kata)
     _serve(solution_path, kata, channel_in, channel_out)
+
+
+def _warm_up(kata: str) -> None:
+    """Pay now, while the grading process starts up too, what the first request would: the kata's models
+    (the request unpickles them), and torch.fx's lazy first uses (a first ShapeProp costs 1.5 s)."""
+    import importlib
+
+    import torch
+    import torch.fx as fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    try:
+        importlib.import_module(f"graders.kata_{kata}.models")
+        gm = fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))
+        ShapeProp(gm).propagate(torch.ones(1, 2))
+    except Exception:  # noqa: BLE001 - only a warm-up: the requests themselves say what fails
+        pass
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -272,35 +290,84 @@ class WorkerFailed(Exception):
     """The worker died, overran its time, or sent something that is not a reply."""
 
 
-class Worker:
-    """One worker process for one kata of one solution tree; started on first use, restarted after a failure."""
+@dataclass
+class Channel:
+    """The pipes to a running worker and its process id, which is also its process group (it leads a
+    session). `process` is None when another process started it (score.py, so that the worker imports
+    torch while the grading process does) and reaps it."""
 
-    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()):
+    pid: int
+    to_worker: int
+    from_worker: int
+    process: subprocess.Popen | None = None
+
+    def __str__(self) -> str:
+        return f"{self.pid},{self.to_worker},{self.from_worker}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Channel":
+        pid, to_worker, from_worker = (int(part) for part in text.split(","))
+        return cls(pid, to_worker, from_worker)
+
+
+def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()) -> subprocess.Popen:
+    """Start a worker for `solution_path` (sandboxed where bubblewrap runs); it says hello once it has
+    imported the solution."""
+    command = [sys.executable, "-m", "graders.worker", str(solution_path), kata, str(threads)]
+    binary = bwrap()
+    if binary is not None:
+        command = [binary, *_sandbox_arguments([solution_path.parent]), *command]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            cwd="/tmp" if os.path.isdir("/tmp") else None,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
+                            close_fds=True, preexec_fn=_limited(limits))
+
+
+def kill(channel: Channel) -> int | None:
+    """Kill a worker's whole process group and close its pipes; its exit status where this process reaps it."""
+    try:
+        os.killpg(channel.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if channel.process is None:
+        for fd in (channel.to_worker, channel.from_worker):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return None
+    for pipe in (channel.process.stdin, channel.process.stdout):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    return channel.process.wait()
+
+
+class Worker:
+    """One worker process for one kata of one solution tree; started on first use (or adopted from
+    score.py), restarted after a failure."""
+
+    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits(),
+                 channel: Channel | None = None):
         self.solution_path, self.kata, self.threads, self.limits = solution_path, kata, threads, limits
-        self._process: subprocess.Popen | None = None
+        self._channel, self._greeted = channel, False
         self.load_failure: str | None = None
 
-    def _command(self) -> list[str]:
-        command = [sys.executable, "-m", "graders.worker", str(self.solution_path), self.kata, str(self.threads)]
-        binary = bwrap()
-        if binary is None:
-            return command
-        return [binary, *_sandbox_arguments([self.solution_path.parent]), *command]
-
     def start(self, timeout: float) -> None:
-        """Start the worker; it imports the solution and says whether that worked."""
-        if self._process is not None or self.load_failure:
+        """Start the worker (or take the one score.py started); it imports the solution and says whether
+        that worked."""
+        if self.load_failure or (self._channel is not None and self._greeted):
             return
-        if not self.solution_path.is_file():
-            self.load_failure = (f"{self.solution_path} does not exist: a solution tree holds one NN_name/solution.py "
-                                 "per kata.")
-            return
-        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        scratch = "/tmp" if os.path.isdir("/tmp") else None
-        self._process = subprocess.Popen(self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         cwd=scratch, env=environment, start_new_session=True, close_fds=True,
-                                         preexec_fn=_limited(self.limits))
+        if self._channel is None:
+            if not self.solution_path.is_file():
+                self.load_failure = (f"{self.solution_path} does not exist: a solution tree holds one "
+                                     "NN_name/solution.py per kata.")
+                return
+            process = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
+            self._channel = Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
         hello = self._receive(time.monotonic() + timeout, "importing the solution")
+        self._greeted = True
         if not hello.get("ok"):
             self.load_failure = str(hello.get("message"))
 
@@ -310,8 +377,8 @@ class Worker:
         if self.load_failure:
             return {"ok": False, "failure": "load", "message": self.load_failure}
         try:
-            _write_frame(self._process.stdin.fileno(), _dumps_request(message))
-        except (BrokenPipeError, OSError):
+            _write_frame(self._channel.to_worker, _dumps_request(message))
+        except OSError:
             self.stop()
             raise WorkerFailed("the worker process ended before it was asked anything") from None
         return self._receive(deadline, f"{message.get('function') or message.get('name')}")
@@ -361,7 +428,7 @@ class Worker:
 
     def _receive(self, deadline: float, doing: str) -> dict:
         try:
-            data = _read_frame(self._process.stdout.fileno(), deadline)
+            data = _read_frame(self._channel.from_worker, deadline)
         except TimeoutError:
             self.stop()
             raise WorkerFailed(f"timed out: {doing} did not finish; does the pass loop forever on this model?") from None
@@ -385,20 +452,9 @@ class Worker:
         return reply
 
     def stop(self) -> int | None:
-        """Kill the worker's whole process group; its exit status."""
-        process, self._process = self._process, None
-        if process is None:
-            return None
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pipe in (process.stdin, process.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        return process.wait()
+        """Kill the worker's whole process group; its exit status, where this process started it."""
+        channel, self._channel, self._greeted = self._channel, None, False
+        return None if channel is None else kill(channel)
 
 
 def _exit_reason(code: int | None) -> str:

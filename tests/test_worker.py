@@ -64,7 +64,7 @@ def test_a_pass_that_hangs_is_stopped(tmp_path):
     try:
         with pytest.raises(WorkerFailed, match="timed out: fuse_conv_bn did not finish"):
             worker.request({"kind": "call", "function": "fuse_conv_bn", "args": (None,), "watch": ()}, timeout=20)
-        assert worker._process is None  # killed, process group and all; the next request starts a fresh one
+        assert worker._channel is None  # killed, process group and all; the next request starts a fresh one
     finally:
         worker.stop()
 
