@@ -179,10 +179,21 @@ def describe_exception(exc: BaseException, path: Path | None = None) -> str:
     return f"{type(exc).__name__}: {first}" + (_where_in(exc, path) if path else "")
 
 
+def missing_solution(path: Path) -> str | None:
+    """The sentence for a solution file that is not there, or None."""
+    return None if path.is_file() else f"{path} does not exist: a solution tree holds one NN_name/solution.py per kata."
+
+
+def kind_of(value) -> str:
+    """What a name of the solution module holds: "class", "function", "value" or "none"."""
+    return "class" if isinstance(value, type) else "function" if callable(value) else \
+        "none" if value is None else "value"
+
+
 def load_solution(path: Path, kata: str) -> ModuleType:
     """Import a learner's solution.py by path (so a tree outside the repository works)."""
-    if not path.is_file():
-        raise CheckFailed(f"{path} does not exist: a solution tree holds one NN_name/solution.py per kata.")
+    if missing := missing_solution(path):
+        raise CheckFailed(missing)
     module_name = f"kata_solution_{kata}_{zlib.crc32(str(path).encode()):08x}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -253,9 +264,7 @@ class Context:
         """What the solution's `name` is: "class", "function", "value" or "none"."""
         if self.session.isolate:
             return self.session.worker(self.kata.name).defines(self, name)
-        value = getattr(self.solution, name, None)
-        return "class" if isinstance(value, type) else "function" if callable(value) else \
-            "none" if value is None else "value"
+        return kind_of(getattr(self.solution, name, None))
 
     def missing(self, function: str) -> CheckFailed:
         return CheckFailed(f"{self.solution_path} has no function {function}: the kata asks for "

@@ -121,7 +121,8 @@ def kata_session(request) -> GradingSession:
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
             isolate=config.getoption("isolate"), worker_channels={
-                text.split(",", 1)[0]: Channel.parse(text.split(",", 1)[1]) for text in config.getoption("worker_channel")})
+                kata: Channel.parse(channel) for kata, _, channel in
+                (text.partition(",") for text in config.getoption("worker_channel"))})
     return sessions[solutions]
 
 

@@ -176,7 +176,7 @@ def target_name(function: Callable) -> str:
 # Arguments: JSON values. None, bool, int and str stand for themselves; everything else is a
 # one-key object whose key says what it is. Floats travel as float.hex: exact, -0.0, inf and nan included.
 
-def _encode(value: Any, node: fx.Node, payload: _Payload | None) -> Any:
+def _encode(value: Any, node: fx.Node | None, payload: _Payload | None) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, (int, str)):  # an IntEnum or str subclass travels as its plain value
@@ -205,8 +205,8 @@ def _encode(value: Any, node: fx.Node, payload: _Payload | None) -> Any:
     if isinstance(value, torch.Tensor) and payload is not None:  # a tensor literal: it goes with the tensors
         return {"tensor": payload.add("tensors", value)}
     hint = " (JSON alone cannot hold a tensor: record() carries it)" if isinstance(value, torch.Tensor) else ""
-    raise RecordError(f"node {node.name!r} ({node.op}) has an argument of type {type(value).__qualname__}, "
-                      f"which a record cannot carry{hint}")
+    where = f"node {node.name!r} ({node.op}) has an argument" if node is not None else "a value is"
+    raise RecordError(f"{where} of type {type(value).__qualname__}, which a record cannot carry{hint}")
 
 
 def _decode(value: Any, nodes: dict[str, fx.Node], tensors: list, where: str) -> Any:
@@ -641,7 +641,7 @@ def _value(value: Any, payload: _Payload, where: str) -> Any:
         return {"dict": [[_value(k, payload, where), _value(v, payload, where)] for k, v in value.items()]}
     try:
         return _encode(value, None, None)
-    except (RecordError, AttributeError):
+    except RecordError:
         raise RecordError(f"{where} is a {type(value).__qualname__}, which cannot travel back to the judge as "
                           "data: return modules, tensors, numbers, strings, bools, nodes, or lists, tuples "
                           "and dicts of them") from None

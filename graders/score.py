@@ -44,7 +44,7 @@ from graders.katas import KATAS, REPO_ROOT, is_available
 from graders.progress import is_complete, next_hint, progress_line, remember
 from graders.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run
 from graders.scan import scan_tree
-from graders.worker import Channel, Limits, kill, launch, sandbox_problem
+from graders.worker import Limits, kill, launch, sandbox_problem
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -158,17 +158,17 @@ def run_kata(kata: str, tree: Path, args: argparse.Namespace, seed: int, levels:
         worker = launch(solution, kata, threads=args.threads, limits=Limits(args.kata_memory)) \
             if args.isolate and solution.is_file() else None
         if worker:
-            command += ["--worker-channel", f"{kata},{worker.pid},{worker.stdin.fileno()},{worker.stdout.fileno()}"]
+            command += ["--worker-channel", f"{kata},{worker}"]
         try:
             proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout,
                                   preexec_fn=memory_cap(args.kata_memory),
-                                  pass_fds=(worker.stdin.fileno(), worker.stdout.fileno()) if worker else ())
+                                  pass_fds=(worker.to_worker, worker.from_worker) if worker else ())
         except subprocess.TimeoutExpired:
             return failed_grading("timed out", f"grading did not finish within {args.kata_timeout:.0f}s; "
                                                 f"run `uv run pytest katas/{kata}` to see which check hangs.")
         finally:
             if worker:
-                kill(Channel(worker.pid, worker.stdin.fileno(), worker.stdout.fileno(), worker))
+                kill(worker)
         results = [CheckResult.from_dict(d) for d in json.loads(out.read_text())["results"]] if out.exists() else []
         if not results:
             tail = (proc.stdout + proc.stderr).strip().splitlines()

@@ -132,7 +132,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
     import torch.nn as nn
 
     from graders import records
-    from graders.core import CheckFailed, load_solution, describe_exception
+    from graders.core import CheckFailed, describe_exception, kind_of, load_solution
 
     try:
         solution = load_solution(solution_path, kata)
@@ -146,9 +146,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
         except EOFError:
             return
         if request["kind"] == "defines":
-            value = getattr(solution, request["name"], None)
-            _write_frame(channel_out, _reply(ok=True, kind="class" if isinstance(value, type) else
-                                             "function" if callable(value) else "none" if value is None else "value"))
+            _write_frame(channel_out, _reply(ok=True, kind=kind_of(getattr(solution, request["name"], None))))
             continue
         function, args, watch = request["function"], request["args"], request["watch"]
         fn = getattr(solution, function, None)
@@ -174,13 +172,9 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
             state_only = [name for name, value in values.items() if name != "result" and isinstance(value, nn.Module)
                           and not isinstance(value, torch.fx.GraphModule)]
             blob = records.record_values(values, structure=tuple(state_only))
-        except records.RecordError as exc:
-            _write_frame(channel_out, _reply(ok=False, failure="record", message=str(exc),
-                                             type=type(result).__name__))
-            continue
-        except Exception as exc:  # noqa: BLE001 - e.g. a module whose attributes torch.save cannot pickle
-            _write_frame(channel_out, _reply(ok=False, failure="record", type=type(result).__name__,
-                                             message=f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - a RecordError, or e.g. an attribute torch.save cannot pickle
+            message = str(exc) if isinstance(exc, records.RecordError) else f"{type(exc).__name__}: {exc}"
+            _write_frame(channel_out, _reply(ok=False, failure="record", message=message))
             continue
         _write_frame(channel_out, _reply(ok=True, values=blob, type=type(result).__name__))
 
@@ -310,17 +304,18 @@ class Channel:
         return cls(pid, to_worker, from_worker)
 
 
-def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()) -> subprocess.Popen:
+def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()) -> Channel:
     """Start a worker for `solution_path` (sandboxed where bubblewrap runs); it says hello once it has
     imported the solution."""
     command = [sys.executable, "-m", "graders.worker", str(solution_path), kata, str(threads)]
     binary = bwrap()
     if binary is not None:
         command = [binary, *_sandbox_arguments([solution_path.parent]), *command]
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            cwd="/tmp" if os.path.isdir("/tmp") else None,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
-                            close_fds=True, preexec_fn=_limited(limits))
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               cwd="/tmp" if os.path.isdir("/tmp") else None,
+                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
+                               close_fds=True, preexec_fn=_limited(limits))
+    return Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
 
 
 def kill(channel: Channel) -> int | None:
@@ -360,12 +355,12 @@ class Worker:
         if self.load_failure or (self._channel is not None and self._greeted):
             return
         if self._channel is None:
-            if not self.solution_path.is_file():
-                self.load_failure = (f"{self.solution_path} does not exist: a solution tree holds one "
-                                     "NN_name/solution.py per kata.")
+            from graders.core import missing_solution
+
+            self.load_failure = missing_solution(self.solution_path)  # bubblewrap cannot bind a missing file
+            if self.load_failure:
                 return
-            process = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
-            self._channel = Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
+            self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
         hello = self._receive(time.monotonic() + timeout, "importing the solution")
         self._greeted = True
         if not hello.get("ok"):
