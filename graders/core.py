@@ -302,7 +302,6 @@ class GradingSession:
         threads: int = 1,
         speed: bool = True,
         isolate: bool = False,
-        worker_channels: dict | None = None,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -313,7 +312,6 @@ class GradingSession:
         self.speed = speed
         self.isolate = isolate  # solution code runs in worker processes only (graders/worker.py)
         self._workers: dict[str, Any] = {}
-        self._channels = dict(worker_channels or {})  # kata -> a worker score.py started for this session
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
@@ -346,20 +344,14 @@ class GradingSession:
         from graders.worker import Worker
 
         if kata not in self._workers:
-            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads,
-                                         channel=self._channels.pop(kata, None))
+            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads)
         return self._workers[kata]
 
     def close(self) -> None:
-        """Stop the workers (and any score.py started that no check asked for)."""
-        from graders.worker import kill
-
+        """Stop the workers."""
         for worker in self._workers.values():
             worker.stop()
-        for channel in self._channels.values():
-            kill(channel)
         self._workers.clear()
-        self._channels.clear()
 
     def check_seed(self, check: Check) -> int:
         return zlib.crc32(f"{self.seed}/{check.kata}/{check.level}/{check.name}".encode())

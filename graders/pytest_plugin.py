@@ -6,7 +6,8 @@ A kata's test file is one line (see katas/03_conv_bn/test_03_conv_bn.py):
 
 Options: --solutions DIR (or env KATA_SOLUTIONS) grades DIR/<kata>/solution.py instead of the file
 beside the test; --seed, --device, --threads and --no-speed as in score.py; --results-json FILE
-writes the check records (score.py reads them).
+writes the check records (score.py reads them), --progress FILE
+follows a run of several katas.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tabulate import tabulate
 from graders.core import LEVELS, GradingSession, level_points, resolve_seed
 from graders.integrity import Guard
 from graders.katas import load_grader
-from graders.worker import Channel
 
 _SEED = pytest.StashKey[int]()
 _SESSIONS = pytest.StashKey[dict]()
@@ -36,14 +36,18 @@ def pytest_addoption(parser):
     group.addoption("--device", choices=["cpu", "cuda"], default="cpu", help="device for models and timing")
     group.addoption("--threads", type=int, default=1, help="CPU threads while timing (default 1)")
     group.addoption("--no-speed", action="store_true", help="skip the speed level (L3)")
-    group.addoption("--worker-channel", action="append", default=[], metavar="KATA,PID,W,R",
-                    help="(score.py) a worker it started for KATA: its process id and the pipes to and from it")
     group.addoption("--isolate", action="store_true",
                     help="run the solution in a sandboxed worker process and judge only the data it sends back "
                          "(always on in score.py --submissions; print() still shows, breakpoint() does not work)")
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
+    group.addoption("--claims", default=None, metavar="DIR",
+                    help="(score.py) grading processes that share DIR share out the katas: each grades the next "
+                         "kata no other has claimed")
+    group.addoption("--progress", default=None, metavar="FILE",
+                    help="(score.py) append a JSON line to FILE as each check starts and as it ends, with the "
+                         "kata's points so far")
     group.addoption("--levels", default=None, metavar="1,2,4", help="run only these levels (score.py --jobs uses it)")
     group.addoption("--seed-file", default=None, metavar="FILE",
                     help="read the grading seed from FILE and delete it, so solution code never sees it "
@@ -120,10 +124,66 @@ def kata_session(request) -> GradingSession:
         sessions[solutions] = GradingSession(
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
-            isolate=config.getoption("isolate"), worker_channels={
-                kata: Channel.parse(channel) for kata, _, channel in
-                (text.partition(",") for text in config.getoption("worker_channel"))})
+            isolate=config.getoption("isolate"))
     return sessions[solutions]
+
+
+def _kata(item) -> str | None:
+    return getattr(getattr(item, "function", None), "kata", None)
+
+
+def _claimed(items, claims: Path):
+    """The items of the katas this process claims, a kata at a time: a kata is claimed (atomically, by
+    creating claims/KATA) only when this process is about to grade it, so a free process takes the
+    next kata and none waits on a long one another process holds."""
+    decided: dict[str, bool] = {}
+    for item in items:
+        kata = _kata(item)
+        if kata not in decided:
+            try:
+                (claims / str(kata)).mkdir()
+                decided[kata] = True
+            except FileExistsError:
+                decided[kata] = False
+        if decided[kata]:
+            yield item
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """With --claims, pytest's own loop over only the claimed katas' items."""
+    claims = session.config.getoption("claims")
+    if claims is None or session.config.option.collectonly:
+        return None
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    items = _claimed(session.items, Path(claims))
+    item = next(items, None)
+    while item is not None:
+        nextitem = next(items, None)  # claims the next kata before the last item of this one ends
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        item = nextitem
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """With --progress, score.py follows a run of several katas: which kata is being graded (its time
+    limit is per kata) and the points of each one as it finishes."""
+    path, kata = item.config.getoption("progress"), _kata(item)
+    if not path or kata is None:
+        yield
+        return
+    with open(path, "a") as progress:
+        progress.write(json.dumps({"kata": kata, "started": item.name}) + "\n")
+    yield
+    points = sum(r.points for r in _all_results(item.config) if r.kata == kata)
+    with open(path, "a") as progress:
+        progress.write(json.dumps({"kata": kata, "ended": item.name, "points": points}) + "\n")
 
 
 def _all_results(config):
@@ -180,4 +240,5 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     path = session.config.getoption("results_json")
     if path:
-        Path(path).write_text(json.dumps({"seed": session.config.stash[_SEED], "results": results}, indent=1))
+        Path(path).write_text(json.dumps({"seed": session.config.stash[_SEED], "tampering": tampering,
+                                          "results": results}, indent=1))

@@ -7,21 +7,21 @@
     uv run graders/score.py --hint 03_conv_bn                      # the next hint for a kata
     uv run graders/score.py --submissions teams/ --jobs 2           # organiser: grade every team
 
-Each kata is graded in its own pytest subprocess (the kata's test file, with --solutions pointing at
-the tree), so a crash or a hang in one kata costs that kata only. Every solution file is also read by
+Katas are graded in pytest subprocesses (the katas' test files, with --solutions pointing at the tree),
+kata after kata; a kata whose process crashed, hung or was tampered with is graded again in a process
+of its own, so what one kata's solution does costs that kata only. Every solution file is also read by
 a static scan (graders/scan.py) that flags attempts to change the grader rather than the graph.
 
 Organiser mode (--submissions DIR) grades every team folder in DIR with one secret seed: only the
 teams' NN_name/solution.py files are copied into a staging tree, so nothing else a team ships can
 reach the grading; each team's run is stored and LEADERBOARD.md regenerated. --jobs N grades the
-correctness levels of N katas at once; the speed level always runs alone so timings stay fair.
+correctness levels in N processes at once; the speed levels always run alone so timings stay fair.
 Solution code runs only in sandboxed worker processes (graders/worker.py, --isolate): the grading
 process never imports it and trusts only the data the workers send back.
 """
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import datetime
 import hashlib
 import json
@@ -29,11 +29,12 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ from graders.katas import KATAS, REPO_ROOT, is_available
 from graders.progress import is_complete, next_hint, progress_line, remember
 from graders.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run
 from graders.scan import scan_tree
-from graders.worker import Limits, kill, launch, sandbox_problem
+from graders.worker import sandbox_problem
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,8 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--submissions", type=Path, metavar="DIR",
                         help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), metavar="N",
-                        help="grade the correctness levels of N katas at once (default: one per core; speed levels "
-                             "always run alone, afterwards)")
+                        help="grade the correctness levels in N processes at once (default: one per core; speed "
+                             "levels always run alone, afterwards)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the run's raw results to FILE")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed levels (L3)")
     parser.add_argument("--isolate", action="store_true",
@@ -138,42 +139,152 @@ def memory_cap(gigabytes: float):
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def run_kata(kata: str, tree: Path, args: argparse.Namespace, seed: int, levels: str | None = None) -> list[CheckResult] | dict:
-    """One pytest subprocess; its check records, or a failed_grading dict when it hung or crashed.
+class Progress:
+    """Follows a grading process through its --progress file: which kata it grades now, since when, and
+    the points of each kata so far."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+        self.current: str | None = None
+        self.since = time.monotonic()
+        self.points: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def read(self) -> list[str]:
+        """Take in the new lines; the katas that are finished (the process has moved past them)."""
+        if not self.path.exists():
+            return []
+        with open(self.path) as progress:
+            progress.seek(self.offset)
+            lines = progress.readlines()
+        complete = [line for line in lines if line.endswith("\n")]  # a line still being written waits
+        self.offset += sum(len(line.encode()) for line in complete)
+        finished = []
+        for line in complete:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            kata = event.get("kata")
+            if "started" in event and kata != self.current:
+                if self.current is not None:
+                    finished.append(self.current)
+                    self.seconds[self.current] = time.monotonic() - self.since
+                self.current, self.since = kata, time.monotonic()
+            if "ended" in event:
+                self.points[kata] = event.get("points", 0.0)
+        return finished
+
+    def end(self) -> list[str]:
+        """The process is gone: its last kata is finished too."""
+        finished = self.read()
+        if self.current is not None:
+            self.seconds[self.current] = time.monotonic() - self.since
+            finished.append(self.current)
+            self.current = None
+        return finished
+
+
+@dataclass
+class GradingProcess:
+    """One pytest subprocess of a run_katas call, and its files."""
+
+    process: subprocess.Popen
+    progress: Progress
+    results: Path
+    output: Path
+    stopped: str | None = None  # the kata it hung on, when it was killed for that
+
+    def records(self) -> dict[str, list[CheckResult]]:
+        """The check records it wrote, by kata (none when it was killed or crashed)."""
+        data = json.loads(self.results.read_text()) if self.results.exists() else {"results": []}
+        graded: dict[str, list[CheckResult]] = {}
+        for record in data["results"]:
+            graded.setdefault(record["kata"], []).append(CheckResult.from_dict(record))
+        return graded
+
+    def vouches(self) -> bool:
+        """Whether its records speak for every kata it claimed. Not when it crashed or was stopped (a
+        kata it had claimed may never have been graded) or when the runtime guard found tampering,
+        which fails every later check in that process, whichever kata it belongs to."""
+        if self.stopped or self.process.returncode not in (0, 1) or not self.results.exists():
+            return False
+        return not json.loads(self.results.read_text()).get("tampering")
+
+    def last_words(self) -> str:
+        tail = self.output.read_text(errors="replace").strip().splitlines() if self.output.exists() else []
+        return tail[-1] if tail else "no output"
+
+
+def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int, levels: str | None,
+              processes: int = 1, report=lambda kata, points, seconds: None) -> tuple[dict[str, list[CheckResult] | dict], list[str]]:
+    """Grade `katas` of `tree` at `levels` in `processes` pytest subprocesses at once, which share them
+    out (--claims: each takes the next kata no other has taken, so none idles behind a long kata).
+
+    Returns each kata's check records, or a failed_grading dict (it hung or its process crashed), and
+    the katas whose grading a process could not vouch for (see GradingProcess.vouches): grade them
+    again, alone. `report(kata, points, seconds)` is called as each kata finishes.
 
     The seed travels in a file the plugin deletes before any solution code runs, never in argv or the
-    environment, so a solution cannot read the hidden models' seed."""
-    test_file = REPO_ROOT / "katas" / kata / f"test_{kata}.py"
+    environment, so a solution cannot read the hidden models' seed. Each kata may take --kata-timeout
+    seconds; a process's --progress file says which kata it is on."""
+    test_files = [str(REPO_ROOT / "katas" / kata / f"test_{kata}.py") for kata in katas]
     with tempfile.TemporaryDirectory() as tmp:
-        out, seed_file = Path(tmp) / "results.json", Path(tmp) / "seed"
-        seed_file.write_text(str(seed))
-        command = [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider",
-                   "--solutions", str(tree.resolve()), "--seed-file", str(seed_file), "--device", args.device,
-                   "--threads", str(args.threads), "--results-json", str(out)]
+        tmp = Path(tmp)
+        (tmp / "claims").mkdir()
+        command = [sys.executable, "-m", "pytest", *test_files, "-q", "-p", "no:cacheprovider",
+                   "--solutions", str(tree.resolve()), "--device", args.device, "--threads", str(args.threads)]
         command += ["--no-speed"] if args.no_speed else []
         command += ["--isolate"] if args.isolate else []
         command += ["--levels", levels] if levels else []
-        # Isolated, the worker starts now, so that it imports torch while the grading process does.
-        solution = tree.resolve() / kata / "solution.py"
-        worker = launch(solution, kata, threads=args.threads, limits=Limits(args.kata_memory)) \
-            if args.isolate and solution.is_file() else None
-        if worker:
-            command += ["--worker-channel", f"{kata},{worker}"]
+        running = []
+        for n in range(min(processes, len(katas))):
+            seed_file = tmp / f"seed{n}"
+            seed_file.write_text(str(seed))
+            own = ["--seed-file", str(seed_file), "--results-json", str(tmp / f"results{n}.json"),
+                   "--progress", str(tmp / f"progress{n}"), "--claims", str(tmp / "claims")]
+            with open(tmp / f"output{n}", "w") as output:
+                process = subprocess.Popen(command + own, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                           preexec_fn=memory_cap(args.kata_memory), start_new_session=True)
+            running.append(GradingProcess(process, Progress(tmp / f"progress{n}"), tmp / f"results{n}.json",
+                                          tmp / f"output{n}"))
+        def follow(g: GradingProcess) -> None:
+            for kata in g.progress.read() if g.process.poll() is None else g.progress.end():
+                report(kata, "failed: timed out" if kata == g.stopped else g.progress.points.get(kata, 0.0),
+                       g.progress.seconds[kata])
+
         try:
-            proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.kata_timeout,
-                                  preexec_fn=memory_cap(args.kata_memory),
-                                  pass_fds=(worker.to_worker, worker.from_worker) if worker else ())
-        except subprocess.TimeoutExpired:
-            return failed_grading("timed out", f"grading did not finish within {args.kata_timeout:.0f}s; "
-                                                f"run `uv run pytest katas/{kata}` to see which check hangs.")
+            while any(g.process.poll() is None for g in running):
+                time.sleep(0.5)
+                for g in running:
+                    follow(g)
+                    if g.process.poll() is None and time.monotonic() - g.progress.since > args.kata_timeout:
+                        g.stopped = g.progress.current or katas[0]
+                        os.killpg(g.process.pid, signal.SIGKILL)
+                        g.process.wait()
         finally:
-            if worker:
-                kill(worker)
-        results = [CheckResult.from_dict(d) for d in json.loads(out.read_text())["results"]] if out.exists() else []
-        if not results:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()
-            return failed_grading("crashed", f"grading stopped before any check ran: {tail[-1] if tail else 'no output'}")
-    return results
+            for g in running:
+                if g.process.poll() is None:
+                    os.killpg(g.process.pid, signal.SIGKILL)
+                    g.process.wait()
+        outcomes: dict[str, list[CheckResult] | dict] = {}
+        again: list[str] = []
+        stopped = [g.stopped for g in running if g.stopped]
+        for g in running:
+            follow(g)
+            if g.stopped:
+                outcomes[g.stopped] = failed_grading(
+                    "timed out", f"grading did not finish within {args.kata_timeout:.0f}s; run "
+                                 f"`uv run pytest katas/{g.stopped}` to see which check hangs.")
+            records = g.records()
+            outcomes.update((kata, results) for kata, results in records.items() if kata not in outcomes)
+            if not g.vouches():
+                again += [kata for kata in katas if kata in records or kata in g.progress.seconds]
+        last_words = "; ".join(dict.fromkeys(g.last_words() for g in running))
+    again += [kata for kata in katas if kata not in outcomes]
+    for kata in katas:
+        outcomes.setdefault(kata, failed_grading("crashed", f"grading stopped before any check ran: {last_words}"))
+    return outcomes, [kata for kata in katas if kata in again and kata not in stopped]
 
 
 CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
@@ -182,34 +293,38 @@ CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
 def grade_trees(trees: dict[str, Path], katas: list[str], args: argparse.Namespace, seed: int) -> dict[str, dict[str, dict]]:
     """Grade every kata of every tree; returns results[team][kata].
 
-    With --jobs 1 each kata is one subprocess. With more, the correctness levels of several katas run
-    at once, then every speed level runs alone, so no timing shares the machine with other grading."""
-    jobs = [(team, kata) for team in trees for kata in katas]
-    if args.jobs == 1 or args.no_speed:  # nothing is timed: one pass over all levels (L3 is recorded as skipped)
+    A grading process grades kata after kata: starting one (importing torch and pytest) costs about as
+    much as grading a kata. The correctness levels of a tree are graded by --jobs processes at once,
+    then the speed levels of all its katas by one process alone, so no timing shares the machine with
+    other grading (with --jobs 1 or --no-speed, one pass over all levels). A kata whose process cannot
+    vouch for it (a crash, a hang, tampering) is graded again in a process of its own, so what one
+    kata's solution does costs that kata only."""
+    if args.jobs == 1 or args.no_speed:
         phases = [(None, args.jobs)]
     else:
         phases = [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
-    parts: dict[tuple[str, str], list] = {job: [] for job in jobs}
-    print_lock, done, total = threading.Lock(), [0], len(jobs) * len(phases)
+    parts: dict[tuple[str, str], list] = {(team, kata): [] for team in trees for kata in katas}
+    done, total = set(), len(parts) * len(phases)  # (team, kata, levels) reported so far
 
-    def grade(job, levels):
-        team, kata = job
-        started = time.monotonic()
-        outcome = run_kata(kata, trees[team], args, seed, levels)
-        with print_lock:
-            done[0] += 1
-            points = "failed: " + outcome["status"] if isinstance(outcome, dict) else \
-                f"{sum(r.points for r in outcome):.1f} points"
-            what = {None: "", CORRECTNESS_LEVELS: " (levels 1, 2, 4)", SPEED_LEVELS: " (speed level)"}[levels]
+    for levels, processes in phases:
+        what = {None: "", CORRECTNESS_LEVELS: " (levels 1, 2, 4)", SPEED_LEVELS: " (speed level)"}[levels]
+        for team, tree in trees.items():
             who = f"{team} " if len(trees) > 1 or team else ""
-            print(f"[{done[0]}/{total}] {who}{kata}{what}: {points} in {time.monotonic() - started:.0f}s",
-                  file=sys.stderr, flush=True)
-        parts[job].append(outcome)
 
-    for levels, workers in phases:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            for future in [pool.submit(grade, job, levels) for job in jobs]:
-                future.result()
+            def report(kata: str, points: float | str, seconds: float):
+                done.add((team, kata, levels))
+                shown = f"{points:.1f} points" if isinstance(points, float) else points
+                print(f"[{len(done)}/{total}] {who}{kata}{what}: {shown} in {seconds:.0f}s", file=sys.stderr, flush=True)
+
+            outcomes, again = run_katas(katas, tree, args, seed, levels, processes, report)
+            if again and len(katas) > 1:
+                print(f"{who}{', '.join(again)}{what}: grading again, one process per kata, because "
+                      f"{'its process' if len(again) == 1 else 'their processes'} could not vouch for "
+                      f"{'it' if len(again) == 1 else 'them'}.", file=sys.stderr, flush=True)
+                for kata in again:
+                    outcomes.update(run_katas([kata], tree, args, seed, levels, 1, report)[0])
+            for kata, outcome in outcomes.items():
+                parts[(team, kata)].append(outcome)
 
     graded: dict[str, dict[str, dict]] = {team: {} for team in trees}
     for (team, kata), outcomes in parts.items():

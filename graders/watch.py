@@ -27,7 +27,7 @@ from watchfiles import watch
 from graders.core import LEVELS, CheckResult
 from graders.katas import KATAS, REPO_ROOT
 from graders.progress import first_unfinished, is_complete, known_progress, next_hint, progress_line, remember
-from graders.score import CORRECTNESS_LEVELS, SPEED_LEVELS, run_kata, summarise
+from graders.score import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas, summarise
 
 WIDTH = 80
 CLEAR = "\033[2J\033[H"
@@ -42,15 +42,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-speed", action="store_true", help="never grade the speed level (L3)")
     parser.add_argument("--seed", type=int, default=0, help="grading seed (default 0: the same models each save)")
     args = parser.parse_args(argv)
-    # What score.run_kata needs besides: grading on the CPU, one thread, score.py's own limits, in process
+    # What score.run_katas needs besides: grading on the CPU, one thread, score.py's own limits, in process
     # (the learner's own code: print and breakpoint() work).
     args.device, args.threads, args.kata_timeout, args.kata_memory, args.isolate = "cpu", 1, 900.0, 8.0, False
     return args
 
 
+def run_kata(kata: str, args: argparse.Namespace, levels: str) -> list[CheckResult] | dict:
+    outcomes, _ = run_katas([kata], args.solutions, args, args.seed, levels)
+    return outcomes[kata]
+
+
 def grade(kata: str, args: argparse.Namespace) -> dict:
     """Correctness levels first; the speed level only once they all pass."""
-    outcome = run_kata(kata, args.solutions, args, args.seed, CORRECTNESS_LEVELS)
+    outcome = run_kata(kata, args, CORRECTNESS_LEVELS)
     if isinstance(outcome, dict):
         return outcome
     results: list[CheckResult] = outcome
@@ -58,7 +63,7 @@ def grade(kata: str, args: argparse.Namespace) -> dict:
         if args.no_speed:
             results += [CheckResult(kata, 3, "speed", False, 0.0, LEVELS[3].points, "skipped (--no-speed)", skipped=True)]
         else:
-            speed = run_kata(kata, args.solutions, args, args.seed, SPEED_LEVELS)
+            speed = run_kata(kata, args, SPEED_LEVELS)
             if isinstance(speed, dict):
                 return speed
             results += speed

@@ -286,22 +286,12 @@ class WorkerFailed(Exception):
 
 @dataclass
 class Channel:
-    """The pipes to a running worker and its process id, which is also its process group (it leads a
-    session). `process` is None when another process started it (score.py, so that the worker imports
-    torch while the grading process does) and reaps it."""
+    """The pipes to a running worker and its process, which leads its own process group."""
 
     pid: int
     to_worker: int
     from_worker: int
-    process: subprocess.Popen | None = None
-
-    def __str__(self) -> str:
-        return f"{self.pid},{self.to_worker},{self.from_worker}"
-
-    @classmethod
-    def parse(cls, text: str) -> "Channel":
-        pid, to_worker, from_worker = (int(part) for part in text.split(","))
-        return cls(pid, to_worker, from_worker)
+    process: subprocess.Popen
 
 
 def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()) -> Channel:
@@ -318,19 +308,12 @@ def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits =
     return Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
 
 
-def kill(channel: Channel) -> int | None:
-    """Kill a worker's whole process group and close its pipes; its exit status where this process reaps it."""
+def kill(channel: Channel) -> int:
+    """Kill a worker's whole process group and close its pipes; its exit status."""
     try:
         os.killpg(channel.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if channel.process is None:
-        for fd in (channel.to_worker, channel.from_worker):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        return None
     for pipe in (channel.process.stdin, channel.process.stdout):
         try:
             pipe.close()
@@ -340,29 +323,25 @@ def kill(channel: Channel) -> int | None:
 
 
 class Worker:
-    """One worker process for one kata of one solution tree; started on first use (or adopted from
-    score.py), restarted after a failure."""
+    """One worker process for one kata of one solution tree; started on first use, restarted after a
+    failure."""
 
-    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits(),
-                 channel: Channel | None = None):
+    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()):
         self.solution_path, self.kata, self.threads, self.limits = solution_path, kata, threads, limits
-        self._channel, self._greeted = channel, False
+        self._channel: Channel | None = None
         self.load_failure: str | None = None
 
     def start(self, timeout: float) -> None:
-        """Start the worker (or take the one score.py started); it imports the solution and says whether
-        that worked."""
-        if self.load_failure or (self._channel is not None and self._greeted):
+        """Start the worker; it imports the solution and says whether that worked."""
+        if self.load_failure or self._channel is not None:
             return
-        if self._channel is None:
-            from graders.core import missing_solution
+        from graders.core import missing_solution
 
-            self.load_failure = missing_solution(self.solution_path)  # bubblewrap cannot bind a missing file
-            if self.load_failure:
-                return
-            self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
+        self.load_failure = missing_solution(self.solution_path)  # bubblewrap cannot bind a missing file
+        if self.load_failure:
+            return
+        self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
         hello = self._receive(time.monotonic() + timeout, "importing the solution")
-        self._greeted = True
         if not hello.get("ok"):
             self.load_failure = str(hello.get("message"))
 
@@ -447,8 +426,8 @@ class Worker:
         return reply
 
     def stop(self) -> int | None:
-        """Kill the worker's whole process group; its exit status, where this process started it."""
-        channel, self._channel, self._greeted = self._channel, None, False
+        """Kill the worker's whole process group; its exit status (None when none was running)."""
+        channel, self._channel = self._channel, None
         return None if channel is None else kill(channel)
 
 

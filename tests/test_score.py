@@ -75,12 +75,35 @@ def test_syntax_error_costs_the_kata_with_a_reason(tmp_path):
 
 def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
     tree = tree_with(tmp_path, "while True:\n    pass\n")
-    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--kata-timeout", "20",
-                 "--json", str(tmp_path / "run.json"), timeout=120)
+    shutil.copytree(REPO_ROOT / "reference" / "04_dce", tree / "04_dce")  # graded after it, in the same process
+    proc = score(tmp_path, "--solutions", str(tree), "--kata", "04_dce", "--no-speed", "--jobs", "1",
+                 "--kata-timeout", "20", "--json", str(tmp_path / "run.json"), timeout=180)
     assert proc.returncode == 0, proc.stderr
-    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
-    assert kata["status"] == "timed out" and kata["points"] == 0
+    katas = json.loads((tmp_path / "run.json").read_text())["katas"]
+    assert katas[KATA]["status"] == "timed out" and katas[KATA]["points"] == 0
     assert "did not finish within 20s" in proc.stdout
+    assert katas["04_dce"]["points"] == pytest.approx(80.0), katas["04_dce"]["message"]
+
+
+def test_a_kata_that_kills_or_tampers_with_the_grading_process_costs_only_itself(tmp_path):
+    """Katas share grading processes; one whose process dies or is tampered with cannot vouch for the
+    katas it graded, and each is graded again in a process of its own."""
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO_ROOT / "reference" / KATA, tree / KATA)
+    (tree / "04_dce").mkdir()
+    (tree / "04_dce" / "solution.py").write_text(
+        (REPO_ROOT / "reference" / "04_dce" / "solution.py").read_text()
+        + "\nimport torch.nn.functional as F\n_relu = F.relu\nF.relu = lambda *a, **k: _relu(*a, **k)\n")
+    (tree / "05_cse").mkdir()
+    (tree / "05_cse" / "solution.py").write_text("import os\nos._exit(3)\n")
+    proc = score(tmp_path, "--solutions", str(tree), "--kata", "04_dce", "--kata", "05_cse", "--no-speed",
+                 "--jobs", "1", "--json", str(tmp_path / "run.json"))
+    assert proc.returncode == 0, proc.stderr
+    katas = json.loads((tmp_path / "run.json").read_text())["katas"]
+    assert katas[KATA]["points"] == pytest.approx(80.0) and not katas[KATA]["disqualified"], katas[KATA]["message"]
+    assert katas["04_dce"]["disqualified"] and "torch.nn.functional.relu was replaced" in katas["04_dce"]["message"]
+    assert katas["05_cse"]["status"] == "crashed" and katas["05_cse"]["points"] == 0
+    assert "grading again, one process per kata" in proc.stderr
 
 
 def fake_run(team: str, points: float, speedup: float, timestamp="2026-11-22T10:00:00+00:00", **fields) -> dict:
