@@ -2,7 +2,8 @@
 implausible-speedup ceiling, or the organiser's staging of submissions; and, isolated (--isolate, as in
 organiser mode), every one is rejected or harmless: the solution runs in a worker, the judge trusts data.
 
-Every cheat is graded in its own pytest subprocess: the tampering ones patch the process they run in.
+In process, every cheat is graded in its own pytest subprocess: the tampering ones patch the process
+they run in. Isolated, the judge is the test's process (see test_isolated_cheat_is_rejected_or_harmless).
 """
 import json
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from graders.core import grade
 from graders.katas import REPO_ROOT
 from graders.scan import scan_source
 from graders.worker import sandbox_problem
@@ -98,12 +100,8 @@ def test_every_cheat_file_has_a_case():
     assert sorted(p.stem for p in CHEATS.glob("*.py")) == sorted(c.name for c in CASES)
 
 
-def timing_marks(cheats, isolated=False):
-    return [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in (isolated and c.isolated_levels or c.levels)
-                         else []) for c in cheats]
-
-
-@pytest.mark.parametrize("cheat", timing_marks(c for c in CASES if c.in_process))
+@pytest.mark.parametrize("cheat", [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in c.levels else [])
+                                   for c in CASES if c.in_process])
 def test_cheat_is_rejected(tmp_path, cheat):
     proc, results = grade_cheat(tmp_path, cheat)
     assert proc.returncode == 1, proc.stdout
@@ -118,14 +116,24 @@ def test_cheat_is_rejected(tmp_path, cheat):
     assert not any(r["message"].startswith("tampering") for r in results)
 
 
-@pytest.mark.parametrize("cheat", timing_marks(CASES, isolated=True))
+@pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
 def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
     graph it sent back. Rejected at its level, or graded as the honest pass it wraps: the same aten ops
-    on the benchmark and an honest speedup, never disqualified (that is the static scan's job)."""
-    if cheat.name == "rewrites_the_records_at_exit" and sandbox_problem():
-        pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
-    proc, results = grade_cheat(tmp_path, cheat, "--isolate", levels=cheat.isolated_levels)
+    on the benchmark and an honest speedup, never disqualified (that is the static scan's job).
+
+    The judge is this test's own process, as safe as a grading process of its own since the cheat never
+    runs in it; except for the cheat that goes after the grading process's records file, which needs one."""
+    levels = cheat.isolated_levels or cheat.levels
+    if cheat.name == "rewrites_the_records_at_exit":
+        if sandbox_problem():
+            pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
+        _, results = grade_cheat(tmp_path, cheat, "--isolate", levels=levels)
+    else:
+        (tmp_path / KATA).mkdir()
+        (tmp_path / KATA / "solution.py").write_text(cheat_source(cheat.name))
+        results = [r.to_dict() for r in grade(KATA, tmp_path, seed=0, isolate=True,
+                                              levels=tuple(int(level) for level in levels.split(",")))]
     assert results and not any(r["disqualified"] or r["message"].startswith("tampering") for r in results), results
     failed = [r for r in results if not r["passed"] and not r["skipped"]]
     if cheat.isolated is not None:

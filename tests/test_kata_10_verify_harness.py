@@ -8,6 +8,8 @@ from graders.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_A
 from graders.katas import REPO_ROOT, load_grader
 from graders.mutation import write_mutant_tree
 
+pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
+
 KATA = "10_verify_harness"
 BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
 
@@ -15,9 +17,7 @@ BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
 CHECKS = {check.name: check for check in load_grader(KATA).checks}
 
 
-@pytest.mark.parametrize("mutant, catcher", [
-    pytest.param(mutant, catcher, marks=[pytest.mark.timing] if CHECKS[catcher].level == 3 else [])
-    for mutant, catcher in CAUGHT_BY.items()])
+@pytest.mark.parametrize("mutant, catcher", CAUGHT_BY.items())
 def test_mutant_fails_the_check_built_for_it(mutant, catcher, tmp_path):
     check = CHECKS[catcher]
     result = GradingSession(write_mutant_tree(tmp_path, KATA, BY_NAME[mutant]), seed=0).run(check)
@@ -25,7 +25,6 @@ def test_mutant_fails_the_check_built_for_it(mutant, catcher, tmp_path):
     assert "Hint:" in result.message, result.message
 
 
-@pytest.mark.timing
 def test_a_verifier_that_never_times_fails_the_speed_checks_that_need_a_clock(tmp_path):
     results = grade(KATA, write_mutant_tree(tmp_path, KATA, SPEEDUP_ALWAYS_ONE), seed=0, levels=(3,))
     assert {r.check: r.passed for r in results} == {"no_op_speedup": True, "dead_code_speedup": False,

@@ -4,10 +4,11 @@ import pytest
 from graders.core import grade
 from graders.katas import REPO_ROOT, available_katas
 
+pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
+
 KATAS = available_katas()
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("kata", KATAS)
 def test_reference_gets_full_marks(kata):
     results = grade(kata, REPO_ROOT / "reference", seed=0)

@@ -7,11 +7,13 @@ from graders.katas import KATAS, load_grader
 from graders.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
                               assert_no_op_writes_too_much, kata_mutants)
 
+pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
+
 MUTANT_MODULES = {kata: module for kata in KATAS if (module := kata_mutants(kata))}
 
 
 @pytest.mark.parametrize("kata, mutant", [
-    pytest.param(kata, mutant, id=f"{kata}-{mutant}", marks=[pytest.mark.timing] if mutant.caught_at == 3 else [])
+    pytest.param(kata, mutant, id=f"{kata}-{mutant}")
     for kata, module in MUTANT_MODULES.items() for mutant in module.MUTANTS])
 def test_mutant_is_caught_at_its_level(kata, mutant, tmp_path):
     assert_caught_at_its_level(tmp_path, kata, mutant)
@@ -20,11 +22,11 @@ def test_mutant_is_caught_at_its_level(kata, mutant, tmp_path):
 @pytest.mark.parametrize("kata, variant", [pytest.param(kata, variant, id=f"{kata}-{variant}")
                                            for kata, module in MUTANT_MODULES.items()
                                            for variant in getattr(module, "VARIANTS", ())])
+
 def test_correct_variant_keeps_full_marks(kata, variant, tmp_path):
     assert_keeps_full_marks(tmp_path, kata, variant)
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("kata", [kata for kata, module in MUTANT_MODULES.items() if hasattr(module, "NO_OP")])
 def test_no_op_fails_the_speed_level(kata, tmp_path):
     no_op = MUTANT_MODULES[kata].NO_OP

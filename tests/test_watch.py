@@ -2,6 +2,7 @@
 import io
 import os
 import shutil
+import signal
 import sys
 
 import pexpect
@@ -11,6 +12,12 @@ from graders.katas import REPO_ROOT
 FIRST, SECOND = "01_linear_relu", "02_matmul_bias_relu"
 
 
+def default_interrupt():
+    # A test run started in the background of a shell ignores SIGINT, and a child inherits that: Ctrl-C
+    # would then do nothing to the watcher.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_watch_regrades_on_save_moves_on_and_quits_cleanly(tmp_path):
     tree = tmp_path / "tree"
     for kata in (FIRST, SECOND):
@@ -18,7 +25,7 @@ def test_watch_regrades_on_save_moves_on_and_quits_cleanly(tmp_path):
     env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state"), "COLUMNS": "80", "LINES": "40"}
     child = pexpect.spawn(sys.executable, [str(REPO_ROOT / "graders" / "watch.py"), "--solutions", str(tree),
                                            "--no-speed"], cwd=str(tmp_path), env=env, encoding="utf-8",
-                          timeout=240, dimensions=(40, 80))
+                          timeout=240, dimensions=(40, 80), preexec_fn=default_interrupt)
     child.logfile_read = screen = io.StringIO()
     try:
         child.expect(f"fx-katas watch · {FIRST}")
