@@ -1,0 +1,86 @@
+"""The speed level's sequential stopping rule (graders/timing.py), on readings given rather than timed."""
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from graders import timing
+from graders.timing import MAX_ROUNDS, MIN_ROUNDS, clear_verdict, measure_speedup
+
+THRESHOLD = (2.0, math.inf)   # a speed level: at least 2x
+AGREEMENT = (2.0, 3.0)        # kata 10: the grader's reading within a band around the learner's
+
+
+@pytest.mark.parametrize("ratios, accept, clear", [
+    ([3.0, 3.1, 2.9], THRESHOLD, True),          # a clear pass
+    ([1.0, 1.02, 0.98], THRESHOLD, True),        # a clear no-op
+    ([3.0, 3.1], THRESHOLD, False),              # too few rounds to tell
+    ([2.05, 2.3, 2.4], THRESHOLD, False),        # a round within 5% of the threshold
+    ([1.95, 1.0, 1.0], THRESHOLD, False),        # likewise, from below
+    ([3.0, 1.0, 3.0], THRESHOLD, False),         # rounds on both sides
+    ([2.4, 2.5, 2.6], AGREEMENT, True),          # clearly inside the band
+    ([3.3, 3.5, 3.2], AGREEMENT, True),          # clearly above it
+    ([2.4, 2.9, 2.6], AGREEMENT, False),         # within 5% of its upper bound
+    ([2.5, 2.5, 2.5], None, False),              # no verdict to take: every round is timed
+])
+def test_clear_verdict(ratios, accept, clear):
+    assert clear_verdict(ratios, accept) is clear
+
+
+class FakeTimer:
+    """torch.utils.benchmark.Timer reading a scripted time per call of each side: no clock involved."""
+    readings: dict = {}
+
+    def __init__(self, stmt, globals, num_threads):
+        self.side = globals["fn"]
+
+    def blocked_autorange(self, min_run_time):
+        return SimpleNamespace(times=[FakeTimer.readings[self.side].pop(0)])
+
+
+@pytest.mark.parametrize("candidate_times, accept, rounds", [
+    ([1.0] * MAX_ROUNDS, THRESHOLD, MIN_ROUNDS),          # 3x every round: clear after the minimum
+    ([1.45] * MAX_ROUNDS, THRESHOLD, MAX_ROUNDS),         # 2.07x: within 5% of 2x, so every round
+    ([1.0, 1.0, 1.45, 1.0, 1.0, 1.0, 1.0], THRESHOLD, MAX_ROUNDS),  # one doubtful round keeps it going
+    ([1.0] * MAX_ROUNDS, None, MAX_ROUNDS),               # no verdict given
+])
+def test_measure_speedup_stops_once_the_verdict_is_clear(monkeypatch, candidate_times, accept, rounds):
+    previous = timing.run_alone_with(None)  # no clock is read: nothing to run alone
+    try:
+        speed = scripted_measurement(monkeypatch, candidate_times, accept)
+    finally:
+        timing.run_alone_with(previous)
+    assert speed.rounds == rounds
+    assert speed.median == pytest.approx(3.0 / sorted(candidate_times[:rounds])[rounds // 2])
+
+
+def scripted_measurement(monkeypatch, candidate_times, accept):
+    """measure_speedup where the baseline reads 3.0 s a round and the candidate `candidate_times`."""
+    def baseline(x):
+        return x
+
+    def candidate(x):
+        return x
+
+    FakeTimer.readings = {baseline: [3.0] * MAX_ROUNDS, candidate: list(candidate_times)}
+    monkeypatch.setattr(timing.benchmark, "Timer", FakeTimer)
+    return measure_speedup(baseline, candidate, (1.0,), accept=accept)
+
+
+def test_timed_stretches_run_inside_what_was_registered():
+    entered = []
+
+    class Section:
+        def __enter__(self):
+            entered.append("in")
+
+        def __exit__(self, *exc):
+            entered.append("out")
+
+    previous = timing.run_alone_with(Section)
+    try:
+        with timing.alone():
+            entered.append("timing")
+    finally:
+        timing.run_alone_with(previous)
+    assert entered == ["in", "timing", "out"]
