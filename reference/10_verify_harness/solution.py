@@ -13,7 +13,7 @@ import torch.fx as fx
 # example's batch size): so sizes other than 1 and the example's too.
 EXTRA_BATCH_SIZES = (1, 2, 3)
 GRADIENT_SAMPLES = 3
-TIMING_ROUNDS, TIMING_CHUNK_S, TIMING_WARMUP = 7, 0.02, 3
+TIMING_ROUNDS, TIMING_CHUNK_S, TIMING_WARMUP = 5, 0.01, 3
 
 
 def draw_samples(example_inputs: tuple, n_samples: int) -> list[tuple]:
