@@ -16,3 +16,7 @@ def pytest_cmdline_main(config):
     if (only_project_tests and config.pluginmanager.hasplugin("xdist") and config.option.numprocesses is None
             and not os.environ.get("PYTEST_XDIST_WORKER")):
         config.option.numprocesses = "auto"  # -n 0 or -p no:xdist runs them in one process
+        if config.option.maxschedchunk is None:
+            # Tests are handed out two at a time, in their collection order: tests/conftest.py puts the
+            # tests that time last, so they meet each other rather than the long correctness tests.
+            config.option.maxschedchunk = 2

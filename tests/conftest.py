@@ -1,25 +1,37 @@
 """No timing shares the CPU with other tests of this run, while everything else runs on every core.
 
-Under pytest-xdist the tests share a lock on the machine, shared by everything that computes and
-exclusive for timing. A speed-level check graded in the test's own process (graders.core
-GradingSession.run at level 3) holds it exclusively for that check alone: it waits until what runs
-beside it is done, and nothing starts until it is. A plain test holds the shared lock for its whole
-run; a test marked `locks_per_check` (it grades in process, and its checks are all it computes) only
-while each check runs, so a timing elsewhere waits for one check, not for the whole test. A test
-marked `timing` grades a speed level in a subprocess, which cannot take the lock from there: it holds
-the exclusive lock for its whole run. Whoever waits for the exclusive lock goes first: a turnstile,
-taken before the lock itself, holds back new shared holders meanwhile.
+Under pytest-xdist the tests share a lock on the machine: shared by everything that computes, exclusive
+while something times. Timing here means the stretches graders.timing.alone() wraps (a speed level's
+interleaved rounds, kata 10's two timing loops): only those run alone, not the whole speed check (its
+model building, byte count and output comparisons hold the lock shared like any other work).
+
+- A plain test holds the shared lock for its whole run; a timed stretch inside turns it exclusive.
+- A test marked `locks_per_check` (it grades in process, and its checks are all it computes) holds the
+  shared lock only while each check runs, so a timing elsewhere waits for one check, not a whole test.
+- A test marked `timing` without `locks_per_check` times in a subprocess, which cannot take the lock from
+  there: it holds the lock exclusively for its whole run.
+
+Whoever waits for the exclusive lock goes first: a turnstile, taken before the lock itself, holds back
+new shared holders meanwhile. Tests marked `timing` run last (their order under xdist, with
+--maxschedchunk 2 from the root conftest.py, follows the collection order): by then the long
+correctness tests are done, so a timing waits for one check at most. A test that times without the
+`timing` mark fails and says so.
 """
 import fcntl
+import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
+from graders import timing
 from graders.core import GradingSession
 
-_state = {}  # "run": this xdist run's id; "held": the lock file the running test holds for its whole run
+# "run": this xdist run's id; "held": (lock file, exclusive) while this process holds the lock;
+# "item": the running test; "timed": whether it has timed
+_state = {}
 
 
 def _lock_file(name: str):
@@ -33,54 +45,85 @@ def _acquire(lock, exclusive: bool) -> None:
 
 
 @contextmanager
-def machine_lock(exclusive: bool, held=None):
-    """Hold the machine lock; with `held`, the test's shared lock, turned exclusive and back. It is let go
-    first: waiting for the turnstile while holding it would deadlock with a timing waiting for it."""
-    if "run" not in _state:  # not under xdist: nothing runs beside this test
-        yield None
+def machine_lock(exclusive: bool):
+    """Hold the machine lock, shared or exclusive, for the block. Where this process already holds it
+    shared, it is turned exclusive and back; it is let go first, since waiting for the turnstile while
+    holding it would deadlock with a timing waiting for it. Held exclusive already: nothing to do."""
+    held = _state.get("held")
+    if "run" not in _state or (held and (held[1] or not exclusive)):  # not under xdist, or held enough
+        yield
         return
-    lock = held or _lock_file("lock")
+    lock = held[0] if held else _lock_file("lock")
     try:
         if held:
             fcntl.flock(lock, fcntl.LOCK_UN)
         _acquire(lock, exclusive)
-        yield lock
+        _state["held"] = (lock, exclusive)
+        yield
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
+        _state.pop("held", None)
         if held:
             _acquire(lock, False)
+            _state["held"] = held
         else:
             lock.close()
+
+
+@contextmanager
+def _timed_alone():
+    _state["timed"] = True
+    with machine_lock(exclusive=True):
+        yield
 
 
 def pytest_configure(config):
     run = getattr(config, "workerinput", {}).get("testrunuid")
     if run is not None:
         _state["run"] = run
+        # One thread for each of the processes that share the cores: with a pool as large as the machine
+        # in every worker and in every process a test starts, their threads spin against each other (on
+        # 2 cores the run took 410 s of CPU with the default pools, 290 s with one thread each).
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+    timing.run_alone_with(_timed_alone)
 
 
-@pytest.hookimpl(hookwrapper=True)
+def _locks_per_check(item) -> bool:
+    return item.get_closest_marker("locks_per_check") is not None
+
+
+def _timing(item) -> bool:
+    return item.get_closest_marker("timing") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: plain tests first (the long ones run a subprocess and hold the lock throughout), then
+    tests that lock per check, then tests that time."""
+    if "run" in _state:
+        items.sort(key=lambda item: (_timing(item), _locks_per_check(item)))
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    if item.get_closest_marker("locks_per_check") is not None:
-        yield
-        return
-    exclusive = item.get_closest_marker("timing") is not None
-    with machine_lock(exclusive) as lock:
-        _state["held"] = (lock, exclusive)
-        try:
-            yield
-        finally:
-            _state.pop("held", None)
+    _state.update(item=item.nodeid, timed=False)
+    if _locks_per_check(item):
+        result = yield
+    else:
+        with machine_lock(exclusive=_timing(item)):
+            result = yield
+    if _state["timed"] and not _timing(item):
+        pytest.fail(f"{item.nodeid} timed something (graders.timing.alone) without the `timing` mark: mark "
+                    "it, so that it runs with the other timing tests, after the rest (tests/conftest.py).",
+                    pytrace=False)
+    return result
 
 
 _run_check = GradingSession.run
 
 
 def _run_check_under_the_lock(session, check):
-    (held, exclusive), timed = _state.get("held", (None, False)), check.level == 3
-    if exclusive or (held is not None and not timed):  # the test's own lock covers it
-        return _run_check(session, check)
-    with machine_lock(exclusive=timed, held=held):
+    with machine_lock(exclusive=False):
         return _run_check(session, check)
 
 

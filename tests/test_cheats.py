@@ -116,7 +116,10 @@ def test_cheat_is_rejected(tmp_path, cheat):
     assert not any(r["message"].startswith("tampering") for r in results)
 
 
-@pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("cheat", [
+    pytest.param(c, id=c.name, marks=[] if c.name == "rewrites_the_records_at_exit" else  # graded in a subprocess
+                 [pytest.mark.locks_per_check, *([pytest.mark.timing] if "3" in (c.isolated_levels or c.levels) else [])])
+    for c in CASES])
 def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
     graph it sent back. Rejected at its level, or graded as the honest pass it wraps: the same aten ops

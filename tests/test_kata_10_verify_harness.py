@@ -17,7 +17,9 @@ BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
 CHECKS = {check.name: check for check in load_grader(KATA).checks}
 
 
-@pytest.mark.parametrize("mutant, catcher", CAUGHT_BY.items())
+@pytest.mark.parametrize("mutant, catcher", [
+    pytest.param(mutant, catcher, marks=[pytest.mark.timing] if CHECKS[catcher].level == 3 else [])
+    for mutant, catcher in CAUGHT_BY.items()])
 def test_mutant_fails_the_check_built_for_it(mutant, catcher, tmp_path):
     check = CHECKS[catcher]
     result = GradingSession(write_mutant_tree(tmp_path, KATA, BY_NAME[mutant]), seed=0).run(check)
@@ -25,6 +27,7 @@ def test_mutant_fails_the_check_built_for_it(mutant, catcher, tmp_path):
     assert "Hint:" in result.message, result.message
 
 
+@pytest.mark.timing
 def test_a_verifier_that_never_times_fails_the_speed_checks_that_need_a_clock(tmp_path):
     results = grade(KATA, write_mutant_tree(tmp_path, KATA, SPEEDUP_ALWAYS_ONE), seed=0, levels=(3,))
     assert {r.check: r.passed for r in results} == {"no_op_speedup": True, "dead_code_speedup": False,

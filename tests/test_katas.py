@@ -9,6 +9,7 @@ pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 KATAS = available_katas()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kata", KATAS)
 def test_reference_gets_full_marks(kata):
     results = grade(kata, REPO_ROOT / "reference", seed=0)

@@ -13,7 +13,7 @@ MUTANT_MODULES = {kata: module for kata in KATAS if (module := kata_mutants(kata
 
 
 @pytest.mark.parametrize("kata, mutant", [
-    pytest.param(kata, mutant, id=f"{kata}-{mutant}")
+    pytest.param(kata, mutant, id=f"{kata}-{mutant}", marks=[pytest.mark.timing] if mutant.caught_at == 3 else [])
     for kata, module in MUTANT_MODULES.items() for mutant in module.MUTANTS])
 def test_mutant_is_caught_at_its_level(kata, mutant, tmp_path):
     assert_caught_at_its_level(tmp_path, kata, mutant)
@@ -27,6 +27,7 @@ def test_correct_variant_keeps_full_marks(kata, variant, tmp_path):
     assert_keeps_full_marks(tmp_path, kata, variant)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kata", [kata for kata, module in MUTANT_MODULES.items() if hasattr(module, "NO_OP")])
 def test_no_op_fails_the_speed_level(kata, tmp_path):
     no_op = MUTANT_MODULES[kata].NO_OP

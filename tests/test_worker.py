@@ -62,8 +62,9 @@ def test_a_pass_that_hangs_is_stopped(tmp_path):
     worker = Worker(tree(tmp_path, "def fuse_conv_bn(gm):\n    while True:\n        pass\n") / KATA / "solution.py",
                     KATA)
     try:
+        worker.start(timeout=120)  # started first: the time limit below is the request's alone
         with pytest.raises(WorkerFailed, match="timed out: fuse_conv_bn did not finish"):
-            worker.request({"kind": "call", "function": "fuse_conv_bn", "args": (None,), "watch": ()}, timeout=20)
+            worker.request({"kind": "call", "function": "fuse_conv_bn", "args": (None,), "watch": ()}, timeout=2)
         assert worker._channel is None  # killed, process group and all; the next request starts a fresh one
     finally:
         worker.stop()
@@ -84,6 +85,7 @@ def test_the_sandbox_shows_only_the_solution_and_the_libraries(tmp_path):
     assert message.startswith("fuse_conv_bn raised RuntimeError: seen: []"), message
 
 
+@pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 @pytest.mark.parametrize("kata", ["01_linear_relu", "03_conv_bn", "10_verify_harness"])
 def test_the_reference_earns_the_same_verdicts_isolated(kata):
     """In process the reference passes every check with seed 0 (tests/test_katas.py); isolated it must too."""
