@@ -76,6 +76,19 @@ def clear_verdict(ratios: list[float], accept: tuple[float, float] | None) -> bo
     return inside or below or above
 
 
+class _Timer(benchmark.Timer):
+    """torch.utils.benchmark.Timer whose blocked_autorange estimates the block size (calls per block) once, in
+    the first round: estimating runs blocks of 1, 10, 100, ... calls, which every later round would pay again
+    (another call of a slow model, or a tenth more of a fast one's blocks)."""
+
+    _number: int | None = None
+
+    def _estimate_block_size(self, min_run_time: float) -> int:
+        if self._number is None:
+            self._number = super()._estimate_block_size(min_run_time)
+        return self._number
+
+
 def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, threads: int = 1,
                     rounds: int = MAX_ROUNDS, min_run_time: float = 0.2,
                     accept: tuple[float, float] | None = None) -> Speedup:
@@ -89,7 +102,7 @@ def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, t
     stops early once the verdict is clear (clear_verdict).
     """
     def timer(fn):
-        return benchmark.Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
+        return _Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
 
     base_timer, cand_timer = timer(baseline), timer(candidate)
     with torch.no_grad(), alone():
