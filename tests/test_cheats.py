@@ -2,8 +2,9 @@
 implausible-speedup ceiling, or the organiser's staging of submissions; and, isolated (--isolate, as in
 organiser mode), every one is rejected or harmless: the solution runs in a worker, the judge trusts data.
 
-In process, every cheat is graded in its own pytest subprocess: the tampering ones patch the process
-they run in. Isolated, the judge is the test's process (see test_isolated_cheat_is_rejected_or_harmless).
+In process, a tampering cheat is graded in a pytest subprocess of its own (it patches the process it runs
+in), the others in the test's process. Isolated, the judge is the test's process (see
+test_isolated_cheat_is_rejected_or_harmless).
 """
 import json
 import os
@@ -35,6 +36,7 @@ class Cheat:
     isolated: int | None   # isolated: the level whose checks reject it, or None: it gets an honest pass's grade
     in_process: bool = True  # whether the in-process defences reject it too (the newer cheats defeat them)
     isolated_levels: str = ""  # the levels graded isolated, where they differ
+    lingers: bool = False  # leaves a process running after grading: wait for it before reading the records
 
 
 CASES = [
@@ -53,7 +55,7 @@ CASES = [
     Cheat("sets_the_environment", "1", None, "environment variable OMP_NUM_THREADS was changed", scanned=True,
           isolated=None),
     # Written against the in-process defences (issue: "the solution never runs in the process that judges it").
-    Cheat("rewrites_the_records_at_exit", "1", None, "", scanned=True, isolated=1, in_process=False),
+    Cheat("rewrites_the_records_at_exit", "1", None, "", scanned=True, isolated=1, in_process=False, lingers=True),
     Cheat("caches_the_forward", "3", None, "", scanned=False, isolated=None, in_process=False),
     Cheat("hooks_every_batchnorm", "3", None, "", scanned=True, isolated=None, in_process=False),
     Cheat("slows_batch_norm_in_a_mode", "3", None, "", scanned=True, isolated=None, in_process=False),
@@ -83,16 +85,23 @@ def cheat_source(name: str) -> str:
     return f"{reference}\n{CHEAT_PREAMBLE}\n\n{(CHEATS / f'{name}.py').read_text()}"
 
 
-def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -> tuple[subprocess.CompletedProcess, list[dict]]:
+def cheat_tree(tmp_path: Path, cheat: Cheat) -> Path:
     (tmp_path / KATA).mkdir()
     (tmp_path / KATA / "solution.py").write_text(cheat_source(cheat.name))
+    return tmp_path
+
+
+def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The cheat graded by `pytest katas/03_conv_bn` in a process of its own: its records and the process."""
+    cheat_tree(tmp_path, cheat)
     records = tmp_path / "records.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", f"katas/{KATA}", "-p", "no:cacheprovider", "--solutions", str(tmp_path),
          "--seed", "0", "--levels", levels or cheat.levels, "--results-json", str(records), *options],
         cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     assert records.exists(), proc.stdout + proc.stderr
-    time.sleep(1.0)  # time enough for anything the cheat left running to rewrite the records
+    if cheat.lingers:
+        time.sleep(1.0)  # time enough for what the cheat left running to rewrite the records
     return proc, json.loads(records.read_text())["results"]
 
 
@@ -100,16 +109,28 @@ def test_every_cheat_file_has_a_case():
     assert sorted(p.stem for p in CHEATS.glob("*.py")) == sorted(c.name for c in CASES)
 
 
-@pytest.mark.parametrize("cheat", [pytest.param(c, id=c.name, marks=[pytest.mark.timing] if "3" in c.levels else [])
+def levels_of(levels: str) -> tuple[int, ...]:
+    return tuple(int(level) for level in levels.split(","))
+
+
+def in_process_marks(levels: str) -> list:
+    """Graded in this test's process: it locks per check, and it times where the speed level is graded."""
+    return [pytest.mark.locks_per_check, *([pytest.mark.timing] if 3 in levels_of(levels) else [])]
+
+
+@pytest.mark.parametrize("cheat", [pytest.param(c, id=c.name, marks=[] if c.caught_at is None else in_process_marks(c.levels))
                                    for c in CASES if c.in_process])
 def test_cheat_is_rejected(tmp_path, cheat):
-    proc, results = grade_cheat(tmp_path, cheat)
-    assert proc.returncode == 1, proc.stdout
+    """A tampering cheat patches the process it runs in: it is graded in a pytest process of its own, whose
+    every record it disqualifies. The others are graded here, as any solution is."""
     if cheat.caught_at is None:
+        proc, results = grade_cheat(tmp_path, cheat)
+        assert proc.returncode == 1, proc.stdout
         assert results and all(r["disqualified"] and not r["passed"] and r["points"] == 0 for r in results), results
         assert all(r["message"].startswith("tampering:") and cheat.says in r["message"] for r in results), results
         assert "DISQUALIFIED" in proc.stdout
         return
+    results = [r.to_dict() for r in grade(KATA, cheat_tree(tmp_path, cheat), seed=0, levels=levels_of(cheat.levels))]
     failed = [r for r in results if not r["passed"]]
     assert failed and min(r["level"] for r in failed) == cheat.caught_at, failed
     assert any(cheat.says in r["message"] for r in failed if r["level"] == cheat.caught_at), failed
@@ -117,8 +138,7 @@ def test_cheat_is_rejected(tmp_path, cheat):
 
 
 @pytest.mark.parametrize("cheat", [
-    pytest.param(c, id=c.name, marks=[] if c.name == "rewrites_the_records_at_exit" else  # graded in a subprocess
-                 [pytest.mark.locks_per_check, *([pytest.mark.timing] if "3" in (c.isolated_levels or c.levels) else [])])
+    pytest.param(c, id=c.name, marks=[] if c.lingers else in_process_marks(c.isolated_levels or c.levels))
     for c in CASES])
 def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
@@ -128,15 +148,13 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     The judge is this test's own process, as safe as a grading process of its own since the cheat never
     runs in it; except for the cheat that goes after the grading process's records file, which needs one."""
     levels = cheat.isolated_levels or cheat.levels
-    if cheat.name == "rewrites_the_records_at_exit":
+    if cheat.lingers:  # what it leaves running goes after the grading process's records file
         if sandbox_problem():
             pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
         _, results = grade_cheat(tmp_path, cheat, "--isolate", levels=levels)
     else:
-        (tmp_path / KATA).mkdir()
-        (tmp_path / KATA / "solution.py").write_text(cheat_source(cheat.name))
-        results = [r.to_dict() for r in grade(KATA, tmp_path, seed=0, isolate=True,
-                                              levels=tuple(int(level) for level in levels.split(",")))]
+        results = [r.to_dict() for r in grade(KATA, cheat_tree(tmp_path, cheat), seed=0, isolate=True,
+                                              levels=levels_of(levels))]
     assert results and not any(r["disqualified"] or r["message"].startswith("tampering") for r in results), results
     failed = [r for r in results if not r["passed"] and not r["skipped"]]
     if cheat.isolated is not None:
