@@ -50,12 +50,15 @@ def spelled_pattern(matmul, bias_add, relu):
 
 
 PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]
+# replace_pattern traces a pattern or replacement given as a function on every call: 48 patterns, two traces
+# each, on every model. Traced once here, they are matched as the graphs they are.
+TRACED_PATTERNS, TRACED_REPLACEMENT = [fx.symbolic_trace(p) for p in PATTERNS], fx.symbolic_trace(replacement)
 
 
 def fuse_matmul_bias_relu(gm: fx.GraphModule) -> int:
     """Rewrite every matmul + bias + ReLU site of gm in place; return how many sites were rewritten."""
     rewritten = 0
-    for spelling in PATTERNS:
+    for spelling in TRACED_PATTERNS:
         # replace_pattern edits gm.graph in place and recompiles gm; it returns one Match per site.
-        rewritten += len(subgraph_rewriter.replace_pattern(gm, spelling, replacement))
+        rewritten += len(subgraph_rewriter.replace_pattern(gm, spelling, TRACED_REPLACEMENT))
     return rewritten
