@@ -28,7 +28,7 @@ def test_clear_verdict(ratios, accept, clear):
 
 
 class FakeTimer:
-    """torch.utils.benchmark.Timer reading a scripted time per call of each side: no clock involved."""
+    """The Timer measure_speedup uses, reading a scripted time per call of each side: no clock involved."""
     readings: dict = {}
 
     def __init__(self, stmt, globals, num_threads):
@@ -63,7 +63,7 @@ def scripted_measurement(monkeypatch, candidate_times, accept):
         return x
 
     FakeTimer.readings = {baseline: [3.0] * MAX_ROUNDS, candidate: list(candidate_times)}
-    monkeypatch.setattr(timing.benchmark, "Timer", FakeTimer)
+    monkeypatch.setattr(timing, "_Timer", FakeTimer)
     return measure_speedup(baseline, candidate, (1.0,), accept=accept)
 
 
