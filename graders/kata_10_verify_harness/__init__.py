@@ -82,7 +82,7 @@ def check_speedup(ctx: Context, pass_fn, what: str, low: float, high: float = ma
         # is clear, and half the usual time per side and round is plenty for it.
         agree = (theirs / AGREEMENT_FACTOR, theirs * AGREEMENT_FACTOR) if math.isfinite(theirs) and theirs > 0 else None
         ours = measure_speedup(baseline, candidate, inputs, threads=ctx.threads, accept=agree, min_run_time=0.1)
-    figures = {"learner_speedup": round(theirs, 3), "grader_speedup": round(ours.median, 3),
+    figures = {"learner_speedup": round(theirs, 3), "grader_speedup": round(ours.median, 3), "rounds": ours.rounds,
                "agreement_factor": AGREEMENT_FACTOR, "verify_pass_s": round(elapsed, 2)}
     if elapsed > TIME_BUDGET_S:
         raise CheckFailed(f"verify_pass took {elapsed:.1f} s; the budget is {TIME_BUDGET_S:.0f} s. Hint: time "

@@ -7,7 +7,8 @@ subtlety is itself tested).
 
 There is no NO_OP here: the learner's function is a verifier, not a pass, so "changes nothing" has no
 meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE), is an ordinary mutant
-caught at level 3 (the shared no-op test expects one speed check; this kata has three).
+caught at level 3 (the shared no-op test expects one speed check; this kata has three), and what
+bench/speed_fidelity.py grades as this kata's no-op (SPEED_NO_OP).
 """
 from graders.mutation import Mutant
 
@@ -70,6 +71,8 @@ MUTANTS = [
     Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
     Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
 ]
+
+SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
 
 # The check that must be among those failing each mutant (the case built for its blind spot).
 CAUGHT_BY = {
