@@ -53,24 +53,30 @@ def test_stub_tree_scores_zero_and_says_where_to_start(tmp_path):
     assert "No team has been graded yet" in (tmp_path / "LEADERBOARD.md").read_text()
 
 
-def test_next_step_for_another_tree_names_it(tmp_path):
-    tree = tree_with(tmp_path, "raise ImportError('half done')\n")
-    proc = score(tmp_path, "--solutions", str(tree), "--no-speed")
-    assert f"uv run pytest katas/{KATA} --solutions {tree}" in proc.stdout, proc.stdout
-
-
 def test_hints_come_one_more_each_time(tmp_path):
     first, second = score(tmp_path, "--hint", KATA).stdout, score(tmp_path, "--hint", KATA).stdout
     assert first.startswith(f"Hint 1 of 3 for {KATA}") and second.startswith(f"Hint 2 of 3 for {KATA}")
     assert first.splitlines()[1] != second.splitlines()[1]
 
 
-def test_syntax_error_costs_the_kata_with_a_reason(tmp_path):
+def test_broken_solutions_cost_their_kata_with_a_reason(tmp_path):
+    """A file that does not compile, one that raises on import, one that allocates more than the grading
+    process may: each costs its own kata, with a reason, in one grading process that goes on to the next."""
     tree = tree_with(tmp_path, "def fuse_conv_bn(gm)\n    return gm\n")
-    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--json", str(tmp_path / "run.json"))
+    for kata, source in (("04_dce", "import torch\nHOARD = torch.empty(6 * 2**30, dtype=torch.uint8)\n"),
+                         ("05_cse", "raise ImportError('half done')\n")):
+        (tree / kata).mkdir()
+        (tree / kata / "solution.py").write_text(source)
+    proc = score(tmp_path, "--solutions", str(tree), "--kata", "04_dce", "--kata", "05_cse", "--no-speed", "--jobs", "1",
+                 "--kata-memory", "4", "--json", str(tmp_path / "run.json"))
     assert proc.returncode == 0, proc.stderr
-    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
-    assert kata["points"] == 0 and "does not compile" in kata["message"] and "line 1" in kata["message"]
+    katas = json.loads((tmp_path / "run.json").read_text())["katas"]
+    assert all(kata["points"] == 0 and kata["status"] == "graded" for kata in katas.values()), katas
+    assert "does not compile" in katas[KATA]["message"] and "line 1" in katas[KATA]["message"]
+    assert "importing" in katas["04_dce"]["message"] and "RuntimeError" in katas["04_dce"]["message"]  # the memory cap
+    assert "ImportError: half done" in katas["05_cse"]["message"]
+    # The next step names the first kata to fix, in the tree graded.
+    assert f"uv run pytest katas/{KATA} --solutions {tree}" in proc.stdout, proc.stdout
 
 
 def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
@@ -176,14 +182,6 @@ def test_concurrent_runs_lose_no_row(tmp_path):
         pool.starmap(_store_and_regenerate, [(tmp_path, team) for team in teams])
     board = (tmp_path / "LEADERBOARD.md").read_text()
     assert all(f"| {team} " in board for team in teams), board
-
-
-def test_memory_hog_costs_the_kata_not_the_machine(tmp_path):
-    tree = tree_with(tmp_path, "import torch\nHOARD = torch.empty(6 * 2**30, dtype=torch.uint8)\n")
-    proc = score(tmp_path, "--solutions", str(tree), "--no-speed", "--kata-memory", "4", "--json", str(tmp_path / "run.json"))
-    assert proc.returncode == 0, proc.stderr
-    kata = json.loads((tmp_path / "run.json").read_text())["katas"][KATA]
-    assert kata["points"] == 0 and "importing" in kata["message"] and "RuntimeError" in kata["message"]
 
 
 def test_committed_leaderboard_is_what_the_renderer_writes():
