@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["graders.pytest_plugin"]
+pytest_plugins = ["graders.learner.pytest_plugin"]
 TESTS = Path(__file__).parent / "tests"
 
 

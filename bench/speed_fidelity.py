@@ -3,7 +3,7 @@
     uv run bench/speed_fidelity.py            # 20 gradings of each side per kata (about 15 minutes)
     uv run bench/speed_fidelity.py -n 5 --kata 03_conv_bn
 
-For every kata, the reference solution and the kata's no-op mutant (graders/kata_<name>/mutants.py:
+For every kata, the reference solution and the kata's no-op mutant (graders/katas/kata_<name>/mutants.py:
 NO_OP, or SPEED_NO_OP where the learner writes no pass) are graded at the speed level (L3) N times each,
 alternately, with a new seed each time, in this one process, exactly as `pytest katas/<name>` grades
 them. The table shows the speedups read (min / median / max), the threshold, how often the verdict was
@@ -23,9 +23,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from graders.core import grade
-from graders.katas import KATAS, REPO_ROOT, load_grader
-from graders.mutation import kata_mutants, write_mutant_tree
+from graders.run.session import grade
+from graders.frame.catalogue import KATAS, REPO_ROOT, load_grader
+from graders.dev.mutation import kata_mutants, write_mutant_tree
 
 
 def spread(values: list[float]) -> str:

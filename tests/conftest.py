@@ -1,7 +1,7 @@
 """No timing shares the CPU with other tests of this run, while everything else runs on every core.
 
 Under pytest-xdist the tests share a lock on the machine: shared by everything that computes, exclusive
-while something times. Timing here means the stretches graders.timing.alone() wraps (a speed level's
+while something times. Timing here means the stretches graders.run.timing.alone() wraps (a speed level's
 interleaved rounds, kata 10's two timing loops): only those run alone, not the whole speed check (its
 model building, byte count and output comparisons hold the lock shared like any other work).
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graders import timing
-from graders.core import GradingSession
+from graders.run import timing
+from graders.run.session import GradingSession
 
 # "run": this xdist run's id; "held": (lock file, exclusive) while this process holds the lock;
 # "item": the running test; "timed": whether it has timed
@@ -113,7 +113,7 @@ def pytest_runtest_call(item):
         with machine_lock(exclusive=_timing(item)):
             result = yield
     if _state["timed"] and not _timing(item):
-        pytest.fail(f"{item.nodeid} timed something (graders.timing.alone) without the `timing` mark: mark "
+        pytest.fail(f"{item.nodeid} timed something (graders.run.timing.alone) without the `timing` mark: mark "
                     "it, so that it runs with the other timing tests, after the rest (tests/conftest.py).",
                     pytrace=False)
     return result

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from graders.core import grade
-from graders.katas import REPO_ROOT
-from graders.scan import scan_source
-from graders.worker import sandbox_problem
+from graders.run.session import grade
+from graders.frame.catalogue import REPO_ROOT
+from graders.isolation.scan import scan_source
+from graders.isolation.worker import sandbox_problem
 
 KATA = "03_conv_bn"
 CHEATS = Path(__file__).parent / "cheats"
@@ -50,7 +50,7 @@ CASES = [
           isolated_levels="1,3"),
     Cheat("patches_the_timer", "1", None, "torch.utils.benchmark.Timer.blocked_autorange was replaced", scanned=True,
           isolated=None, isolated_levels="1,3"),
-    Cheat("patches_the_grader", "1", None, "graders.core.GradingSession.run was replaced", scanned=True, isolated=None),
+    Cheat("patches_the_grader", "1", None, "graders.run.session.GradingSession.run was replaced", scanned=True, isolated=None),
     Cheat("replaces_a_module", "1", None, "sys.modules['time'] was replaced", scanned=True, isolated=None),
     Cheat("sets_the_environment", "1", None, "environment variable OMP_NUM_THREADS was changed", scanned=True,
           isolated=None),

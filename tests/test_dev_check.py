@@ -3,8 +3,8 @@ import shutil
 
 import pytest
 
-from graders import devcheck
-from graders.katas import REPO_ROOT, KATAS
+from graders.dev import devcheck
+from graders.frame.catalogue import REPO_ROOT, KATAS
 
 
 @pytest.mark.parametrize("kata", KATAS)
@@ -19,7 +19,7 @@ def test_every_kata_folder_is_found():
 
 def copy_of_kata(tmp_path, kata="03_conv_bn"):
     """A repository root holding one whole kata, copied from this one."""
-    for folder in (f"katas/{kata}", f"reference/{kata}", f"graders/kata_{kata}"):
+    for folder in (f"katas/{kata}", f"reference/{kata}", f"graders/katas/kata_{kata}"):
         shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -33,12 +33,12 @@ def test_a_half_added_kata_is_reported(tmp_path, half):
     root = copy_of_kata(tmp_path)
     new = "11_new_pass"
     if half == "grader only":
-        shutil.copytree(root / "graders/kata_03_conv_bn", root / f"graders/kata_{new}")
+        shutil.copytree(root / "graders/katas/kata_03_conv_bn", root / f"graders/katas/kata_{new}")
     elif half == "learner folder only":
         shutil.copytree(root / "katas/03_conv_bn", root / f"katas/{new}")
     elif half == "no mutants":
         new = "03_conv_bn"
-        (root / "graders/kata_03_conv_bn/mutants.py").unlink()
+        (root / "graders/katas/kata_03_conv_bn/mutants.py").unlink()
     elif half == "stray file":
         new = "03_conv_bn"
         (root / "katas/03_conv_bn/conftest.py").write_text("")

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from graders.core import CheckFailed, GradingSession, load_grader
-from graders.katas import REPO_ROOT
-from graders.timing import count_cost
+from graders.run.session import CheckFailed, GradingSession, load_grader
+from graders.frame.catalogue import REPO_ROOT
+from graders.run.timing import count_cost
 
 KATA = "03_conv_bn"
 

@@ -1,7 +1,7 @@
 """Kata 01: what its failure messages must say, beyond the level a mutant is caught at."""
-from graders.core import grade
-from graders.kata_01_linear_relu.mutants import DROPS_THE_BIAS, MUTANTS
-from graders.mutation import write_mutant_tree
+from graders.run.session import grade
+from graders.katas.kata_01_linear_relu.mutants import DROPS_THE_BIAS, MUTANTS
+from graders.dev.mutation import write_mutant_tree
 
 KATA = "01_linear_relu"
 

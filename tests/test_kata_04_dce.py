@@ -1,7 +1,7 @@
 """Kata 04: what the grader says about a pass built on torch.fx's own Graph.eliminate_dead_code."""
-from graders.core import grade
-from graders.kata_04_dce.mutants import MUTANTS
-from graders.mutation import write_mutant_tree
+from graders.run.session import grade
+from graders.katas.kata_04_dce.mutants import MUTANTS
+from graders.dev.mutation import write_mutant_tree
 
 KATA = "04_dce"
 

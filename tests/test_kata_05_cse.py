@@ -1,7 +1,7 @@
-"""Kata 05: what its messages tell a learner (the mutants themselves are in graders/kata_05_cse/mutants.py)."""
-from graders.core import grade
-from graders.kata_05_cse.mutants import MUTANTS
-from graders.mutation import Mutant, write_mutant_tree
+"""Kata 05: what its messages tell a learner (the mutants themselves are in graders/katas/kata_05_cse/mutants.py)."""
+from graders.run.session import grade
+from graders.katas.kata_05_cse.mutants import MUTANTS
+from graders.dev.mutation import Mutant, write_mutant_tree
 
 KATA = "05_cse"
 

@@ -1,7 +1,7 @@
 """Kata 07: what its failure messages say, beyond which level catches a mutant."""
-from graders.core import grade
-from graders.kata_07_algebraic_simplify.mutants import MUTANTS
-from graders.mutation import write_mutant_tree
+from graders.run.session import grade
+from graders.katas.kata_07_algebraic_simplify.mutants import MUTANTS
+from graders.dev.mutation import write_mutant_tree
 
 KATA = "07_algebraic_simplify"
 

@@ -3,7 +3,7 @@ chain written out by hand."""
 import pytest
 import torch.fx as fx
 
-from graders.kata_08_elementwise_chains.models import BASIC, EXACT_CASES, UNDER_AUTOGRAD, expected_chains
+from graders.katas.kata_08_elementwise_chains.models import BASIC, EXACT_CASES, UNDER_AUTOGRAD, expected_chains
 
 CASES = {"basic": BASIC, **EXACT_CASES, "under_autograd": UNDER_AUTOGRAD}
 

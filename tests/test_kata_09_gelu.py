@@ -1,7 +1,7 @@
-"""Kata 09: what its messages must say, beyond the mutants being caught (graders/kata_09_gelu/mutants.py)."""
-from graders.core import grade
-from graders.kata_09_gelu.mutants import MUTANTS
-from graders.mutation import write_mutant_tree
+"""Kata 09: what its messages must say, beyond the mutants being caught (graders/katas/kata_09_gelu/mutants.py)."""
+from graders.run.session import grade
+from graders.katas.kata_09_gelu.mutants import MUTANTS
+from graders.dev.mutation import write_mutant_tree
 
 KATA = "09_gelu"
 

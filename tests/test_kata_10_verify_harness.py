@@ -3,10 +3,10 @@ for its blind spot, the kata's nearest thing to a no-op fails only the speed che
 hidden battery's claimed truth holds for the reference on more seeds."""
 import pytest
 
-from graders.core import GradingSession, grade
-from graders.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_ALWAYS_ONE
-from graders.katas import REPO_ROOT, load_grader
-from graders.mutation import write_mutant_tree
+from graders.run.session import GradingSession, grade
+from graders.katas.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_ALWAYS_ONE
+from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.dev.mutation import write_mutant_tree
 
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 

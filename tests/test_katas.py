@@ -1,8 +1,8 @@
 """Every available kata: the reference gets full marks (speed level included), the stub gets zero."""
 import pytest
 
-from graders.core import grade
-from graders.katas import REPO_ROOT, available_katas
+from graders.run.session import grade
+from graders.frame.catalogue import REPO_ROOT, available_katas
 
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 

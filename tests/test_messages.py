@@ -1,7 +1,7 @@
 """Failure sentences that diagnose a learner's slip, beyond "this check failed"."""
-from graders.core import grade
-from graders.kata_03_conv_bn.mutants import EPS_DROPPED
-from graders.mutation import write_mutant_tree
+from graders.run.session import grade
+from graders.katas.kata_03_conv_bn.mutants import EPS_DROPPED
+from graders.dev.mutation import write_mutant_tree
 
 
 def test_conv_bn_failure_names_the_missing_term(tmp_path):

@@ -1,10 +1,10 @@
-"""Every kata's mutants (graders/kata_<name>/mutants.py) are caught at the level that should catch them,
+"""Every kata's mutants (graders/katas/kata_<name>/mutants.py) are caught at the level that should catch them,
 its correct variants keep full marks, and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit,
 on the clock otherwise."""
 import pytest
 
-from graders.katas import KATAS, load_grader
-from graders.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
+from graders.frame.catalogue import KATAS, load_grader
+from graders.dev.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
                               assert_no_op_writes_too_much, kata_mutants)
 
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py

@@ -11,8 +11,8 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from graders import records as R
-from graders.records import RecordError, rebuild, record
+from graders.isolation import records as R
+from graders.isolation.records import RecordError, rebuild, record
 
 
 def scaled_tanh(x, scale: float = 2.0):

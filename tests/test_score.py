@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from graders.katas import REPO_ROOT
-from graders.leaderboard import SCHEMA, load_runs, locked, regenerate, render, store_run
+from graders.frame.catalogue import REPO_ROOT
+from graders.competition.leaderboard import SCHEMA, load_runs, locked, regenerate, render, store_run
 
 KATA = "03_conv_bn"
 

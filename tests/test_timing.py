@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from graders import timing
-from graders.timing import MAX_ROUNDS, MIN_ROUNDS, clear_verdict, measure_speedup
+from graders.run import timing
+from graders.run.timing import MAX_ROUNDS, MIN_ROUNDS, clear_verdict, measure_speedup
 
 THRESHOLD = (2.0, math.inf)   # a speed level: at least 2x
 AGREEMENT = (2.0, 3.0)        # kata 10: the grader's reading within a band around the learner's

@@ -7,7 +7,7 @@ import sys
 
 import pexpect
 
-from graders.katas import REPO_ROOT
+from graders.frame.catalogue import REPO_ROOT
 
 FIRST, SECOND = "01_linear_relu", "02_matmul_bias_relu"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.core import grade
-from graders.katas import REPO_ROOT, load_grader
-from graders.worker import Worker, WorkerFailed, sandbox_problem
+from graders.run.session import grade
+from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.isolation.worker import Worker, WorkerFailed, sandbox_problem
 
 KATA = "03_conv_bn"
 PREAMBLE = "import torch\nimport torch.fx as fx\nimport torch.nn as nn\n\n"

@@ -1,0 +1,58 @@
+"""The catalogue of katas: one folder per kata grader, `graders/katas/kata_<name>/`, with its manifest.
+
+The folder holds the grader's declaration (`__init__.py`, a module-level `KATA`), its model zoo, its
+hidden-model generator, its mutants (`mutants.py`) and `kata.toml`, the data the grader, score.py and
+the dev check read: title, API, speed thresholds, byte limits and hints. A kata exists once its
+folder has a manifest; tests/test_dev_check.py proves the rest of it is there too.
+"""
+from __future__ import annotations
+
+import importlib
+import tomllib
+from functools import cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GRADERS = REPO_ROOT / "graders"
+MANIFEST = "kata.toml"
+
+
+def grader_folder(kata: str, root: Path = REPO_ROOT) -> Path:
+    return root / "graders" / "katas" / f"kata_{kata}"
+
+
+def kata_names(root: Path = REPO_ROOT) -> list[str]:
+    """Every kata with a grader manifest, in order."""
+    return sorted(p.parent.name.removeprefix("kata_") for p in (root / "graders" / "katas").glob(f"kata_*/{MANIFEST}"))
+
+
+@cache
+def manifest(kata: str) -> dict:
+    """The kata's kata.toml, parsed."""
+    path = grader_folder(kata) / MANIFEST
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}") from None
+
+
+KATAS: dict[str, str] = {kata: manifest(kata)["title"] for kata in kata_names()}
+
+
+def grader_module_name(kata: str) -> str:
+    return f"graders.katas.kata_{kata}"
+
+
+def is_available(kata: str) -> bool:
+    return kata in KATAS
+
+
+def available_katas() -> list[str]:
+    return list(KATAS)
+
+
+def load_grader(kata: str):
+    """The kata's grader: a `graders.run.session.Kata` declared in graders/katas/kata_<name>/__init__.py."""
+    if kata not in KATAS:
+        raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}")
+    return importlib.import_module(grader_module_name(kata)).KATA

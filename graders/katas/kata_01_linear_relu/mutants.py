@@ -1,0 +1,75 @@
+"""Kata 01: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, Variant
+
+FORWARD = "        return F.linear(x, self.weight, self.bias).relu_()"
+REWIRE = "        relu_node.replace_all_uses_with(fused_node)\n        gm.graph.erase_node(relu_node)\n"
+INSTALL = "        gm.set_submodule(linear_node.target, FusedLinearReLU(modules[linear_node.target]))\n"
+NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    calls",
+               "    return gm\n    modules = dict(gm.named_modules())\n    calls", caught_at=1)
+DROPS_THE_BIAS = Mutant("drops_the_bias", FORWARD, "        return F.linear(x, self.weight).relu_()", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    gm.recompile()\n    return gm", "    return gm", caught_at=1),
+    DROPS_THE_BIAS,
+    Mutant("forgets_the_relu", FORWARD, "        return F.linear(x, self.weight, self.bias)", caught_at=1),
+    Mutant("weight_as_buffer", "        self.weight = linear.weight\n",
+           '        self.register_buffer("weight", linear.weight.detach().clone())\n', caught_at=1),
+    # Outputs stay right (ReLU is idempotent): only the structure check sees the ReLU still running.
+    Mutant("keeps_the_relu_node", REWIRE, "        linear_node.replace_all_uses_with(fused_node)\n", caught_at=1),
+    Mutant("keeps_the_linear_node", "        gm.graph.erase_node(linear_node)\n", "", caught_at=1),
+    Mutant("misses_inplace_spellings",
+           'RELU_FUNCTIONS = {torch.relu, torch.relu_, F.relu}\nRELU_METHODS = {"relu", "relu_"}',
+           'RELU_FUNCTIONS = {torch.relu, F.relu}\nRELU_METHODS = {"relu"}', caught_at=2),
+    Mutant("misses_method_spelling", "        return node.target in RELU_METHODS", "        return False", caught_at=2),
+    Mutant("matches_functions_by_name", "        return node.target in RELU_FUNCTIONS",
+           '        return "relu" in getattr(node.target, "__name__", "")', caught_at=2),
+    Mutant("matches_modules_by_class_name", "type(modules.get(node.target)) is nn.ReLU",
+           '"ReLU" in type(modules.get(node.target)).__name__', caught_at=2),
+    Mutant("fuses_across_dropout", "        linear_node = _relu_input(relu_node)\n",
+           "        linear_node = _relu_input(relu_node)\n"
+           "        while isinstance(modules.get(getattr(linear_node, 'target', None)), nn.Dropout):\n"
+           "            linear_node = linear_node.args[0]\n", caught_at=2),
+    Mutant("fuses_linear_with_another_user", "        if len(linear_node.users) != 1:", "        if False:",
+           caught_at=2),
+    Mutant("fuses_at_shared_linear_module", "        if calls[linear_node.target] != 1:", "        if False:",
+           caught_at=2),
+    Mutant("deletes_the_relu_module", REWIRE,
+           REWIRE + '        if relu_node.op == "call_module":\n            gm.delete_submodule(relu_node.target)\n',
+           caught_at=2),
+    Mutant("rewires_only_the_first_user", "        relu_node.replace_all_uses_with(fused_node)\n",
+           "        next(iter(relu_node.users)).replace_input_with(relu_node, fused_node)\n", caught_at=2),
+    Mutant("refuses_training_mode", "        if calls[linear_node.target] != 1:",
+           "        if modules[linear_node.target].training:\n            continue\n"
+           "        if calls[linear_node.target] != 1:", caught_at=2),
+    Mutant("crashes_without_bias", 'self.register_parameter("bias", linear.bias)',
+           "self.bias = nn.Parameter(linear.bias.detach().clone())", caught_at=2),
+    Mutant("assumes_2d_input", FORWARD, "        return torch.addmm(self.bias, x, self.weight.t()).relu_()",
+           caught_at=2),
+    Mutant("forward_under_no_grad", FORWARD, "        with torch.no_grad():  # inference only\n    " + FORWARD,
+           caught_at=2),
+    Mutant("setattr_with_dotted_name", "gm.set_submodule(linear_node.target,", "setattr(gm, linear_node.target,",
+           caught_at=2),
+    # The Linear, shared with the caller's model, becomes a FusedLinearReLU in place: same parameters, right
+    # outputs and structure in gm, but the caller's model now runs a ReLU after every fused Linear.
+    Mutant("converts_the_callers_linear", INSTALL,
+           "        modules[linear_node.target].__class__ = FusedLinearReLU  # in place: no copy, no new module\n",
+           caught_at=2),
+    Mutant("only_names_seen_in_visible_models", "        linear_node = _relu_input(relu_node)\n",
+           "        linear_node = _relu_input(relu_node)\n"
+           '        if not isinstance(linear_node, fx.Node) or "fc" not in str(linear_node.target):\n'
+           "            continue\n", caught_at=4),
+    # Right outputs and structure, but every layer still writes a second tensor: only L3 counts it.
+    Mutant("fused_relu_out_of_place", FORWARD, "        return F.relu(F.linear(x, self.weight, self.bias))",
+           caught_at=3),
+]
+
+VARIANTS = [
+    # The README allows installing the fused module under a new name for its one call site.
+    Variant("installs_under_a_new_name", INSTALL + "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(linear_node.target,",
+            '        fused_name = linear_node.target + "_relu"  # the unused Linear goes at the end\n'
+            "        gm.add_submodule(fused_name, FusedLinearReLU(modules[linear_node.target]))\n"
+            "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(fused_name,"),
+]

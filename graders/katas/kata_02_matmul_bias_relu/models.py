@@ -1,0 +1,162 @@
+"""Kata 02's model zoo and hidden-model generator. symbolic_trace records the function a model calls, so a
+block calling MATMULS["torch.mm"] traces as source saying torch.mm(x, w) does."""
+
+import operator
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from graders.run import Case, CheckFailed, PathChain, Run, assert_same_outputs, random_identifier
+
+MATMULS = {"@": operator.matmul, "torch.matmul": torch.matmul, "torch.mm": torch.mm}
+BIAS_ADDS = {"p + b": operator.add, "b + p": lambda p, b: b + p, "torch.add(p, b)": torch.add,
+             "torch.add(b, p)": lambda p, b: torch.add(b, p)}
+RELUS = {"F.relu": F.relu, "F.relu(inplace=True)": lambda y: F.relu(y, inplace=True),
+         "torch.relu": torch.relu, ".relu()": lambda y: y.relu()}
+
+# Blocks a correct pass must leave alone, and why (the hint a learner reads).
+BLOCKED_KINDS = {
+    "product_reused": "the product x @ w has a second user (a sigmoid of it): adding the bias into its "
+                      "buffer would change what that user reads. The matcher refuses a match whose inner "
+                      "nodes leak out, but only if the matmul is inside the pattern.",
+    "sum_reused": "the sum x @ w + b has a second user besides the ReLU: a ReLU in its buffer would change "
+                  "what that user reads.",
+    "relu6": "the activation is relu6, not ReLU: it clamps at 6.",
+    "gelu": "the activation is GELU, not ReLU.",
+    "add_alpha": "torch.add(p, b, alpha=0.5) scales the bias: the keyword is part of the node, and a "
+                 "pattern without it does not match it.",
+}
+SPELLING = ("@", "p + b", "F.relu")  # (matmul, bias add, ReLU): keys of the three tables above
+
+
+class Block(nn.Module):
+    """One site: relu(x @ w + b) in the given spelling, or a blocked (or either-way) variant of it."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | float, spelling: tuple = SPELLING,
+                 kind: str = "fuse", names: tuple[str, str] = ("weight", "bias")):
+        super().__init__()
+        self.kind, self.spelling, self.names = kind, spelling, names
+        setattr(self, names[0], nn.Parameter(weight))
+        # A float bias stays a plain attribute: traced as a literal argument of the add.
+        setattr(self, names[1], nn.Parameter(bias) if isinstance(bias, torch.Tensor) else bias)
+
+    def forward(self, x):
+        w, b = (getattr(self, name) for name in self.names)
+        b = x if self.kind == "bias_is_the_input" else b  # relu(x @ w + x)
+        matmul, bias_add, relu = (table[key] for table, key in zip((MATMULS, BIAS_ADDS, RELUS), self.spelling))
+        product = matmul(x, w)
+        total = torch.add(product, b, alpha=0.5) if self.kind == "add_alpha" else bias_add(product, b)
+        y = {"relu6": F.relu6, "gelu": F.gelu}.get(self.kind, relu)(total)
+        if self.kind == "product_reused":
+            return y * torch.sigmoid(product)
+        return y - 0.5 * total if self.kind == "sum_reused" else y
+
+
+def random_weight(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape) / shape[-2] ** 0.5
+
+
+def random_bias(width: int, kind: str = "fuse") -> torch.Tensor:
+    # Large enough that dropping the bias shows, and that relu6 really clamps at 6 somewhere.
+    return torch.empty(width).uniform_(3, 9) if kind == "relu6" else torch.randn(width) * 2
+
+
+def block(fan_in: int, fan_out: int, spelling: tuple = SPELLING, kind: str = "fuse", bias=None) -> Block:
+    return Block(random_weight(fan_in, fan_out), random_bias(fan_out, kind) if bias is None else bias, spelling, kind)
+
+
+def spelled(matmul="@", bias_add="p + b", relu="F.relu", **options):
+    return lambda: net(*(block(i, o, (matmul, bias_add, relu), **options) for i, o in ((12, 16), (16, 8))))
+
+
+def net(*blocks: nn.Module) -> PathChain:
+    return PathChain([(f"layer{i}", b) for i, b in enumerate(blocks)])
+
+
+def outputs_match(run: Run) -> None:
+    """The standard comparison; a crash of the rewritten module (addmm on a 3-D input) gets the hint too."""
+    try:
+        assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label, hint=run.case.hint,
+                            graphs=(run.before, run.gm))
+    except CheckFailed as failure:
+        hinted = "Hint:" in str(failure)  # else the rewritten module crashed: no hint, no graphs yet
+        run.fail(str(failure), hint="" if hinted else None, graphs=not hinted)
+
+
+def case(build, in_shape: tuple, rewrites: int | None, hint: str, dtype=torch.float32, **options) -> Case:
+    """A case whose expected outcome is the number of sites a correct pass rewrites (None: either)."""
+    return Case(build, lambda batch: (torch.randn(batch, *in_shape, dtype=dtype),), rewrites, hint,
+                compare=outputs_match, **options)
+
+
+# Spellings the visible models use, each but the canonical one a pattern of its own: (matmul, bias add, ReLU, why).
+SPELLING_CASES = {
+    "torch_matmul_spelling": ("torch.matmul", "p + b", "F.relu", "torch.matmul(x, w) is not x @ w (operator.matmul)"),
+    "mm_and_torch_add": ("torch.mm", "torch.add(p, b)", "torch.relu",
+                         "torch.add(torch.mm(x, w), b) shares no target with x @ w + b"),
+    "commuted_bias": ("@", "b + p", "F.relu", "b + x @ w puts the product second: the matcher knows no commutativity"),
+    "commuted_torch_add": ("torch.matmul", "torch.add(b, p)", ".relu()",
+                           "torch.add(b, torch.matmul(x, w)).relu() is commuted, and .relu() is a call_method node"),
+    "torch_relu": ("@", "p + b", "torch.relu", "torch.relu is not F.relu"),
+    "method_relu": ("@", "p + b", ".relu()", "y.relu() is a call_method node with target 'relu'"),
+    "inplace_relu": ("@", "p + b", "F.relu(inplace=True)", "F.relu(y) traces with the keyword inplace=False, and a "
+                     "literal must match exactly: F.relu(y, inplace=True) needs its own pattern"),
+}
+TWO_LAYER_MLP = case(spelled(), (12,), 2, "both layers are relu(x @ w + b) in the spelling of `pattern`: "
+                                          "replace_pattern(gm, pattern, replacement) rewrites them.")
+EXACT_CASES: dict[str, Case] = {
+    **{name: case(spelled(*spelling), (12,), 2, f"{why}. The matcher compares call targets by identity and arguments "
+                  "position by position: every spelling is a pattern of its own (print gm.graph to see the targets).")
+       for name, (*spelling, why) in SPELLING_CASES.items()},
+    "batched_3d_input": case(spelled(), (5, 12), 2, "x is (batch, tokens, features): torch.addmm multiplies "
+                                                    "2-D matrices only; torch.matmul handles any batch dimensions."),
+    "batched_weights": case(lambda: Block(random_weight(3, 12, 8), random_bias(8), ("torch.matmul", "p + b",
+                            "torch.relu")), (4, 12), 1, "x @ w with a 3-D weight (a stack of weights, one per batch "
+                            "element) is a batched matmul: flattening x to 2-D for addmm does not compute it."),
+    "scalar_bias": case(spelled(bias=0.5), (12,), 2, "a pattern's placeholder matches a literal too: here b is the "
+                                                     "float 0.5."),
+    "mixed_spellings": case(lambda: net(block(12, 16, ("@", "b + p", "torch.relu")),
+                                        block(16, 16, ("torch.matmul", "torch.add(p, b)", ".relu()")),
+                                        block(16, 8, ("torch.mm", "torch.add(b, p)", "F.relu(inplace=True)")),
+                                        block(8, 8)), (12,), 4,
+                            "four sites in four spellings: every one is rewritten, and the count says 4."),
+    "float64": case(lambda: net(block(12, 16), block(16, 8, ("@", "b + p", "F.relu"))).double(), (12,), 2,
+                    "the fused form must keep the model's dtype.", torch.float64),
+    **{f"blocked_{kind}": case(spelled(kind=kind), (12,), 0, f"{why} A correct pass leaves this model exactly as "
+                               "it is.") for kind, why in BLOCKED_KINDS.items()},
+    "bias_is_the_input": case(lambda: net(*(block(12, 12, kind="bias_is_the_input", bias=0.0) for _ in "hh")),
+                              (12,), None, "in relu(h @ w + h) one node would fill two placeholders (x and b), "
+                              "which the matcher never does; leaving it or rewriting it exactly are both fine."),
+}
+
+# The L3 benchmark, a wide projection head: the 48 MB product dwarfs the multiply (16 multiply-adds per output
+# element), so the time goes to the bias add and the ReLU writing two more 48 MB tensors (README, "Where the fused
+# form pays"; "Measured speedups" says why the level counts bytes written and the time threshold sits low).
+BATCH, TOKENS, FAN_IN, FAN_OUT = 8, 384, 16, 4096
+BENCHMARK = case(lambda: PathChain([("head", block(FAN_IN, FAN_OUT, ("@", "p + b", "torch.relu")))]),
+                 (TOKENS, FAN_IN), 1, "", batch_sizes=(BATCH,))
+
+
+# Hidden models (L4): random depth, widths, spellings, literal biases, 2-D or 3-D inputs, parameter
+# names and nesting, with blocked sites mixed in.
+def hidden_case(rng: random.Random) -> Case:
+    batched, tokens = rng.random() < 0.5, rng.randint(2, 5)
+    width = in_width = rng.choice([8, 12, 16, 24])
+    blocks, rewrites = [], 0
+    kinds = [rng.choice(["fuse"] * 5 + list(BLOCKED_KINDS)) for _ in range(rng.randint(3, 6))]
+    kinds[rng.randrange(len(kinds))] = "fuse"  # at least one site to rewrite
+    for kind in kinds:
+        fan_out = rng.choice([8, 12, 16, 24])
+        spelling = (rng.choice([m for m in MATMULS if m != "torch.mm" or not batched]),  # mm is 2-D only
+                    rng.choice(list(BIAS_ADDS)), rng.choice(list(RELUS)))
+        bias = round(rng.uniform(-1, 1), 2) if kind == "fuse" and rng.random() < 0.15 else random_bias(fan_out, kind)
+        names = (random_identifier(rng), random_identifier(rng))
+        while names[1] == names[0]:
+            names = (names[0], random_identifier(rng))
+        path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 3))) + f"_{len(blocks)}"
+        blocks.append((path, Block(random_weight(width, fan_out), bias, spelling, kind, names)))
+        rewrites, width = rewrites + (kind == "fuse"), fan_out
+    return case(lambda: PathChain(blocks), (tokens, in_width) if batched else (in_width,), rewrites,
+                "the pass must work for any spelling combination, parameter names, nesting and input rank.")

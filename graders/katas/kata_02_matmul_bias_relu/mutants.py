@@ -1,0 +1,60 @@
+"""Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, REPO_ROOT
+
+REFERENCE = (REPO_ROOT / "reference" / "02_matmul_bias_relu" / "solution.py").read_text()
+FUSED = "torch.matmul(x, w).add_(b).relu_()"
+BIAS_ADDS = """BIAS_ADDS = [
+    lambda p, b: p + b,
+    lambda p, b: b + p,  # no commutativity: the commuted add is another pattern
+    lambda p, b: torch.add(p, b),
+    lambda p, b: torch.add(b, p),
+]"""
+PATTERNS_AND_PASS = REFERENCE[REFERENCE.index("def spelled_pattern("):]
+# "The matmul stays as it is; only its epilogue needs fusing": the product becomes a placeholder, so
+# the matcher no longer checks who else reads it.
+EPILOGUE_ONLY = """def spelled_pattern(bias_add, relu):
+    def spelling(p, b):
+        return relu(bias_add(p, b))
+
+    return spelling
+
+
+def epilogue_in_place(p, b):
+    return p.add_(b).relu_()
+
+
+def fuse_matmul_bias_relu(gm: fx.GraphModule) -> int:
+    rewritten = 0
+    for spelling in itertools.product(BIAS_ADDS, RELUS):
+        rewritten += len(subgraph_rewriter.replace_pattern(gm, spelled_pattern(*spelling), epilogue_in_place))
+    return rewritten
+"""
+# One pattern per spelling the visible models use, instead of every combination.
+SEEN_SPELLINGS = [(0, 0, 0), (1, 0, 0), (2, 2, 2), (0, 1, 0), (1, 3, 3), (0, 0, 2), (0, 0, 3), (0, 0, 1),
+                  (1, 0, 2), (0, 1, 2), (1, 2, 3), (2, 3, 1)]
+HAND_LISTED = (f"PATTERNS = [spelled_pattern(MATMULS[m], BIAS_ADDS[a], RELUS[r]) for m, a, r in {SEEN_SPELLINGS}]\n")
+
+NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("drops_the_bias", FUSED, "torch.matmul(x, w).relu_()", caught_at=1),
+    Mutant("bias_added_out_of_place", FUSED, "torch.relu_(torch.matmul(x, w) + b)", caught_at=1),
+    Mutant("counts_patterns_not_sites", "rewritten += len(subgraph_rewriter", "rewritten += bool(subgraph_rewriter",
+           caught_at=1),
+    Mutant("rewrites_a_fresh_trace", "    rewritten = 0\n",
+           "    gm = fx.symbolic_trace(gm)  # a copy to work on\n    rewritten = 0\n", caught_at=1),
+    Mutant("only_the_at_spelling", "MATMULS = [operator.matmul, torch.matmul, torch.mm]", "MATMULS = [operator.matmul]",
+           caught_at=2),
+    Mutant("ignores_the_commuted_add", BIAS_ADDS,
+           "BIAS_ADDS = [lambda p, b: p + b, lambda p, b: torch.add(p, b)]", caught_at=2),
+    Mutant("misses_the_inplace_keyword", "    lambda y: F.relu(y, inplace=True),\n", "", caught_at=2),
+    Mutant("uses_addmm", FUSED, "torch.addmm(b, x, w).relu_()", caught_at=2),
+    Mutant("rewrites_relu6", "    torch.relu,\n", "    torch.relu,\n    F.relu6,\n", caught_at=2),
+    Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2),
+    Mutant("hand_listed_spellings", "PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]\n",
+           HAND_LISTED, caught_at=4),
+    # Half the epilogue in place: the ReLU still allocates a new tensor as large as the product.
+    Mutant("relu_out_of_place", FUSED, "torch.matmul(x, w).add_(b).relu()", caught_at=3),
+]
+

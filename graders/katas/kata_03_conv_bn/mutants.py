@@ -1,0 +1,51 @@
+"""Kata 03: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, Variant
+
+SAFE_TO_FOLD = """        and len(conv_node.users) == 1                 # another user would see the BN folded in
+        and calls[conv_node.target] == 1              # a shared conv is also used elsewhere
+        and conv_node.target not in attr_reads        # nor may its weight be read directly
+        and not bn.training                           # training mode normalises with batch statistics
+"""
+NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    calls",
+               "    return gm\n    modules = dict(gm.named_modules())\n    calls", caught_at=1)
+EPS_DROPPED = Mutant("eps_dropped", "torch.rsqrt(bn_rv + bn_eps)", "torch.rsqrt(bn_rv)", caught_at=1)
+
+MUTANTS = [
+    EPS_DROPPED,
+    Mutant("conv_bias_dropped", "fused_b = (conv_b - bn_rm) * scale", "fused_b = (0 - bn_rm) * scale", caught_at=1),
+    Mutant("mean_dropped", "fused_b = (conv_b - bn_rm) * scale", "fused_b = conv_b * scale", caught_at=1),
+    Mutant("scale_on_input_channels", "scale.reshape(-1, *([1] * (conv_w.dim() - 1)))",
+           "scale.reshape(1, -1, *([1] * (conv_w.dim() - 2)))[:, : conv_w.shape[1]]", caught_at=1),
+    Mutant("forgets_recompile", "    gm.recompile()\n    return gm", "    return gm", caught_at=1),
+    NO_OP,
+    Mutant("deletes_bn_without_folding", "        gm.set_submodule(conv_node.target, fused)\n", "", caught_at=1),
+    Mutant("folds_in_training_mode", SAFE_TO_FOLD,
+           SAFE_TO_FOLD.replace("        and not bn.training", "        and True"), caught_at=2),
+    Mutant("folds_without_running_stats", "        and bn.track_running_stats", "        and True", caught_at=2),
+    Mutant("folds_multi_user_conv", SAFE_TO_FOLD,
+           SAFE_TO_FOLD.replace("        and len(conv_node.users) == 1", "        and True"), caught_at=2),
+    Mutant("folds_at_shared_conv_module", SAFE_TO_FOLD,
+           SAFE_TO_FOLD.replace("        and calls[conv_node.target] == 1", "        and True"), caught_at=2),
+    Mutant("mutates_the_traced_model", "fused = copy.deepcopy(conv)", "fused = conv", caught_at=2),
+    Mutant("rebuilds_conv_forgetting_groups", "fused = copy.deepcopy(conv)",
+           "fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding)",
+           caught_at=2),
+    Mutant("crashes_on_affine_false", "bn.eps, bn.weight, bn.bias)", "bn.eps, bn.weight.detach(), bn.bias.detach())",
+           caught_at=2),
+    Mutant("folds_any_bn_after_any_conv", "        conv_node = bn_node.args[0]\n",
+           "        conv_node = bn_node.args[0]\n        while conv_node.op == 'call_function':\n"
+           "            conv_node = conv_node.args[0]\n", caught_at=2),
+    # Any module with a weight is not a Conv2d: a ConvTranspose2d keeps its output channels in dim 1.
+    Mutant("folds_into_any_module_with_a_weight", "and type(conv) is nn.Conv2d", "and hasattr(conv, 'weight')",
+           caught_at=2),
+    Mutant("only_names_seen_in_visible_models",
+           "        conv_node = bn_node.args[0]\n",
+           "        conv_node = bn_node.args[0]\n        if 'bn' not in bn_node.target:\n            continue\n",
+           caught_at=4),
+]
+
+VARIANTS = [
+    # PyTorch's fuse_conv_bn_eval folds only when conv and BN are both in eval mode.
+    Variant("declines_a_training_mode_conv", "        and not bn.training ",
+            "        and not bn.training and not conv.training "),
+]

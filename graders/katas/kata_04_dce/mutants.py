@@ -1,0 +1,53 @@
+"""Kata 04: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant
+
+SWEEP = """    for node in reversed(gm.graph.nodes):
+        if len(node.users) == 0 and not has_side_effects(node, modules):
+            gm.graph.erase_node(node)
+            removed += 1
+"""
+NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    removed = 0",
+               "    return 0\n    modules = dict(gm.named_modules())\n    removed = 0", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("single_forward_sweep", "for node in reversed(gm.graph.nodes):", "for node in list(gm.graph.nodes):",
+           caught_at=1),
+    Mutant("forgets_recompile", "    gm.recompile()\n    return removed", "    return removed", caught_at=1),
+    Mutant("returns_bool_like_torch", "    return removed\n", "    return removed > 0\n", caught_at=1),
+    Mutant("counts_nodes_visited", "            removed += 1\n", "        removed += 1\n", caught_at=1),
+    # Graph.eliminate_dead_code: Node.is_impure misses call_method in-place ops, inplace=True, out=,
+    # dropout and in-place or training-mode modules.
+    Mutant("calls_torch_eliminate_dead_code", SWEEP,
+           "    count = len(gm.graph.nodes)\n    gm.graph.eliminate_dead_code()\n"
+           "    removed = count - len(gm.graph.nodes)\n", caught_at=2),
+    Mutant("user_count_only", "    if node.op in (\"placeholder\", \"output\"):",
+           "    return node.op in (\"placeholder\", \"output\")\n    if node.op in (\"placeholder\", \"output\"):",
+           caught_at=2),
+    Mutant("removes_placeholders", "    if node.op in (\"placeholder\", \"output\"):", "    if node.op == \"output\":",
+           caught_at=2),
+    Mutant("removes_inplace_methods", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
+           "return False", caught_at=2),
+    Mutant("removes_random_ops", "    return _mutates(node, modules) or _draws_random_numbers(node, modules)",
+           "    return _mutates(node, modules)", caught_at=2),
+    Mutant("removes_setitem", "SIDE_EFFECT_FUNCTIONS = {operator.setitem, ", "SIDE_EFFECT_FUNCTIONS = {",
+           caught_at=2),
+    Mutant("ignores_out_keyword", " or arguments.get(\"out\") is not None", "", caught_at=2),
+    Mutant("inplace_keyword_only", "        arguments = _bound_arguments(node)\n",
+           "        arguments = node.kwargs\n", caught_at=2),
+    Mutant("ignores_module_state", "        if getattr(module, \"inplace\", False) is True:\n            return True\n",
+           "        return False\n", caught_at=2),
+    Mutant("ignores_uses_inside_lists", "if len(node.users) == 0 and",
+           "if not any(node in (*user.args, *user.kwargs.values()) for user in gm.graph.nodes) and",
+           caught_at=2),
+    # "An in-place op on a tensor nobody reads afterwards is dead": wrong as soon as the tensor is a view.
+    Mutant("inplace_dead_when_target_unread", "        if len(node.users) == 0 and not has_side_effects(node, modules):",
+           "        target = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None\n"
+           "        inplace_on_unread = target is not None and node.op == 'call_method' and len(target.users) == 1\n"
+           "        if len(node.users) == 0 and (inplace_on_unread or not has_side_effects(node, modules)):",
+           caught_at=2),
+    Mutant("keeps_every_module_call", "    if node.op in (\"placeholder\", \"output\"):",
+           "    if node.op in (\"placeholder\", \"output\", \"call_module\"):", caught_at=2),
+    Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
+           "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
+]

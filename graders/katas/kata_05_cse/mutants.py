@@ -1,0 +1,94 @@
+"""Kata 05: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, REPO_ROOT
+
+MERGE = """        first = available.setdefault(key, node)
+        if first is not node:
+            # Replacing at once makes the users' keys name `first`, so chains merge in this same pass.
+            node.replace_all_uses_with(first)
+            graph.erase_node(node)
+            merged += 1
+"""
+# The naive loop: find the copies first, rewire afterwards, so `sin_1 * y` never matches `sin * y`.
+MERGE_AFTER_THE_LOOP = """        first = available.setdefault(key, node)
+        if first is not node:
+            copies.append((node, first))
+    for node, first in copies:
+        node.replace_all_uses_with(first)
+        graph.erase_node(node)
+        merged += 1
+"""
+START = "    available: dict[object, fx.Node] = {}\n"
+_REFERENCE = (REPO_ROOT / "reference" / "05_cse" / "solution.py").read_text()
+LOOP = _REFERENCE[_REFERENCE.index(START):_REFERENCE.index(MERGE) + len(MERGE)]
+UNKNOWN_ARGUMENTS = """    if isinstance(arg, slice):  # unhashable before Python 3.12
+        return (slice, _constant_key(arg.start), _constant_key(arg.stop), _constant_key(arg.step))
+    if isinstance(arg, torch.Tensor):
+        return (torch.Tensor, id(arg))  # only the very same tensor; == on tensors is elementwise
+    raise _Unmergeable(type(arg).__name__)
+"""
+SCALARS = """    if isinstance(arg, (float, complex)):
+        return (type(arg), repr(arg))
+    if isinstance(arg, _PLAIN_CONSTANTS):
+        return (type(arg), arg)
+"""
+RANDOM_OPS_END = '    "feature_alpha_dropout", "rrelu", "gumbel_softmax",\n}\n'
+PURE_MODULES_END = "    nn.Softmax, nn.LogSoftmax, nn.PReLU,\n)\n"
+BARRIER = "            available.clear()\n"
+NO_OP = Mutant("no_op", "    mutated = _mutated_nodes(graph, modules)\n",
+               "    return 0\n    mutated = _mutated_nodes(graph, modules)\n", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    gm.recompile()\n    return merged", "    return merged", caught_at=1),
+    Mutant("not_transitive", LOOP,
+           LOOP.replace(MERGE, MERGE_AFTER_THE_LOOP).replace(START, START + "    copies = []\n"), caught_at=1),
+    Mutant("keeps_the_last_copy", MERGE, """        first = available.get(key)
+        available[key] = node
+        if first is not None:
+            first.replace_all_uses_with(node)
+            graph.erase_node(first)
+            merged += 1
+""", caught_at=1),
+    Mutant("crashes_on_list_args",
+           "        return (tuple if isinstance(arg, tuple) else list, tuple(_constant_key(a) for a in arg))",
+           "        return [_constant_key(a) for a in arg]", caught_at=1),
+    Mutant("crashes_on_slices", UNKNOWN_ARGUMENTS, "    return (type(arg), arg)\n", caught_at=2),
+    Mutant("ignores_kwargs", "_constant_key(dict(node.kwargs)))", "())", caught_at=2),
+    Mutant("merges_1_and_1_0", SCALARS,
+           "    if isinstance(arg, (float, complex) + _PLAIN_CONSTANTS):\n        return arg\n", caught_at=2),
+    Mutant("merges_0_0_and_minus_0_0", "        return (type(arg), repr(arg))", "        return (type(arg), arg)",
+           caught_at=2),
+    Mutant("merges_random_ops", "    return _op_name(node) not in RANDOM_OPS", "    return True", caught_at=2),
+    Mutant("merges_any_module", "        module = modules[node.target]\n        if isinstance(module, (nn",
+           "        return True\n        module = modules[node.target]\n        if isinstance(module, (nn", caught_at=2),
+    Mutant("merges_inplace_ops", "    written = [node.args[0]] if inplace and node.args else []",
+           "    written = []", caught_at=2),
+    Mutant("merges_across_an_inplace_op", BARRIER, "", caught_at=2),
+    Mutant("merges_values_mutated_later", "        if node in mutated or not _is_pure(node, modules):",
+           "        if not _is_pure(node, modules):", caught_at=2),
+    Mutant("ignores_writes_through_views",
+           "        if _op_name(node) in VIEW_OPS or _written_arguments(node, modules):",
+           "        if _written_arguments(node, modules):", caught_at=2),
+    Mutant("inplace_only_for_methods",
+           "        inplace = (node.target in INPLACE_OPERATORS or _is_inplace_name(_op_name(node))\n"
+           "                   or node.kwargs.get(\"inplace\") is True)",
+           "        inplace = node.target in INPLACE_OPERATORS", caught_at=2),
+    # Gap: only the arithmetic methods count as writes; h.clamp_(...), h.exp_(), h.masked_fill_(...) do not.
+    Mutant("inplace_only_arithmetic_methods", "        inplace = _is_inplace_name(node.target)\n",
+           '        inplace = node.target in ("add_", "sub_", "mul_", "div_")\n', caught_at=2),
+    # Gap: a write forgets only the keys of nodes that read the written node itself, so a write through
+    # `h.view(-1)[:4]` leaves `h.exp()` available, and a write to h leaves `h.t().sin()` available.
+    Mutant("barrier_ignores_aliases", BARRIER,
+           "            written = set(_written_arguments(node, modules))\n"
+           "            for key in [k for k, first in available.items() if written & set(first.all_input_nodes)]:\n"
+           "                del available[key]\n", caught_at=2),
+    # Gap: counts each merged expression once, whatever the number of copies it absorbed.
+    Mutant("counts_merge_groups", "            merged += 1\n",
+           "            merged += not first.meta.get('absorbed_a_copy')\n"
+           "            first.meta['absorbed_a_copy'] = True\n", caught_at=2),
+    # Lists cut down to what the visible models use: the hidden models draw from wider ones.
+    Mutant("random_ops_seen_in_visible_models", RANDOM_OPS_END,
+           RANDOM_OPS_END + 'RANDOM_OPS = {"rand", "rand_like", "randn_like", "dropout"}\n', caught_at=4),
+    Mutant("pure_modules_seen_in_visible_models", PURE_MODULES_END,
+           PURE_MODULES_END + "PURE_MODULES = (nn.Linear, nn.GELU)\n", caught_at=4),
+]

@@ -1,0 +1,77 @@
+"""Grader for kata 06: constant folding. Models: models.py; mutants: mutants.py. Inference-style: parameters
+and buffers are constants unless the forward writes them. Folding runs the same ops on the same values, only
+earlier, so every case compares bit for bit (Case(compare="bit_exact")): a tolerance would hide a value computed
+differently, and the reseeded calls after the first show a frozen random draw or a frozen buffer."""
+from __future__ import annotations
+
+from functools import reduce
+
+import torch
+
+from graders.run import Kata, Pass, Run, assert_bit_identical, describe_difference, describe_exception
+
+from .models import BENCHMARK, EXACT_CASES, L1_CASES, Program, case, hidden_case, param
+
+KATA = Kata("06_constant_folding")
+
+
+def folded(run: Run) -> dict:
+    """The count is what the graph lost and what a correct pass removes; the module's own tensors are intact."""
+    calls = lambda gm: sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
+    removed = calls(run.before) - calls(run.gm)
+    if run.result != removed:
+        run.fail(f"fold_constants returned {run.result}, but the graph has {removed} fewer call nodes than before. "
+                 "The count is the number of call_function/call_method nodes removed: count a node when you erase "
+                 "it, and erase every folded node that nothing reads any more.", hint="")
+    after = dict(run.gm.named_parameters()) | dict(run.gm.named_buffers())
+    for name, old in [*run.before.named_parameters(), *run.before.named_buffers()]:
+        if name in after and (difference := describe_difference(after[name].detach(), old.detach())):
+            run.fail(f"after fold_constants, the module's `{name}` is not what it was before the pass ({difference}): "
+                     "a folded value was stored under a name the module already uses, or an in-place op ran at fold "
+                     "time.", hint="a stored value needs a fresh name, one that no parameter, buffer, submodule or "
+                                   "other attribute of gm has (hasattr(gm, name)).")
+    if run.result != run.case.expect:
+        run.fail(f"fold_constants removed {run.result} call nodes from this model; a correct pass removes "
+                 f"{run.case.expect}.")
+    return {"folded": run.result}
+
+
+FOLD = Pass("fold_constants", returns=int, verdict=folded, what="the folded module")
+
+
+def plain_tensors_under_autograd(run: Run) -> None:
+    """Bit for bit as usual; then every stored value is a plain tensor, and backward runs call after call."""
+    assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=FOLD.label, hint=run.case.hint,
+                         graphs=(run.before, run.gm))
+    parameters = dict(run.gm.named_parameters())
+    for node in run.gm.graph.find_nodes(op="get_attr"):
+        value = reduce(getattr, node.target.split("."), run.gm)
+        if node.target in parameters or not isinstance(value, torch.Tensor):
+            continue
+        if value.is_inference():
+            run.fail(f"fold_constants stored `{node.target}` as an inference tensor (made under "
+                     "torch.inference_mode()), which autograd and in-place ops outside inference mode refuse.")
+        if value.requires_grad:
+            run.fail(f"fold_constants stored `{node.target}` as a tensor that requires grad (grad_fn "
+                     f"{type(value.grad_fn).__name__}): it was computed with autograd on, and keeps the autograd graph "
+                     "back to the parameters alive.")
+    for call in (1, 2):  # the first backward frees a stored autograd graph: the second one fails
+        try:
+            run.gm(run.make_inputs(3)[0].requires_grad_()).sum().backward()
+        except Exception as exc:
+            run.fail(f"backward through {FOLD.label} raised {describe_exception(exc)} on call {call}; the original's "
+                     "backward runs.")
+
+
+EXACT_CASES["autograd_after_folding"] = case(
+    lambda: Program(lambda m, x: x * m.w.exp() + m.w.sin(), w=param(6)), (6,), 2,
+    "evaluate constants under torch.no_grad() (not torch.inference_mode()) and store value.detach(): a stored "
+    "value is a plain tensor, so the folded model still runs backward to its input like the original.",
+    compare=plain_tensors_under_autograd)
+
+KATA.cases(1, L1_CASES, FOLD)
+KATA.cases(2, EXACT_CASES, FOLD)
+KATA.speed("causal_attention_speedup", BENCHMARK, FOLD, what="the folded causal attention block",
+           hint="the mask, the position table and the scaled weight read no input: all 12 of their call nodes fold.",
+           verdict=True)
+KATA.hidden(hidden_case, FOLD)

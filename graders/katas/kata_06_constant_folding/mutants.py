@@ -1,0 +1,69 @@
+"""Kata 06: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, Variant
+
+ERASE_LOOP = """    folded = 0
+    for node in reversed(graph.nodes):
+        if node in values and node not in kept:
+            folded += _is_call(node)
+            graph.erase_node(node)
+"""
+EVALUATE = """    with torch.no_grad():
+        if node.op == "call_function":
+            value = node.target(*args, **kwargs)
+        else:
+            value = getattr(args[0], node.target)(*args[1:], **kwargs)
+    return tree_map_only(torch.Tensor, torch.Tensor.detach, value)
+"""
+NO_OP = Mutant("no_op", "    graph = gm.graph\n    values = _constant_values(gm)",
+               "    return 0\n    graph = gm.graph\n    values = _constant_values(gm)", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    graph.lint()\n    gm.recompile()\n", "    graph.lint()\n", caught_at=1),
+    Mutant("leaves_dead_nodes_behind", "            folded += _is_call(node)\n            graph.erase_node(node)\n",
+           "            folded += _is_call(node)\n", caught_at=1),
+    Mutant("counts_stored_values_not_removed_nodes", "    return folded\n", "    return len(to_store)\n", caught_at=1),
+    Mutant("folds_when_any_input_is_constant", "if all(n in values for n in node.all_input_nodes):",
+           "if any(n in values for n in node.all_input_nodes) or not node.all_input_nodes:", caught_at=1),
+    Mutant("folds_random_draws", " and not _draws_random_numbers(node) and", " and", caught_at=2),
+    Mutant("folds_mutated_buffers", "        if node in mutated:\n            continue\n"
+           "        if node.op == \"get_attr\" and node.target not in mutated_targets:",
+           "        if node.op == \"get_attr\":", caught_at=2),
+    Mutant("misses_writes_through_views", "            if _is_call(node) and node.args:\n"
+           "                stack.append(node.args[0])\n", "", caught_at=2),
+    Mutant("marks_nodes_not_attributes", 'if node.op == "get_attr" and node.target not in mutated_targets:',
+           'if node.op == "get_attr" and node not in mutated:', caught_at=2),
+    Mutant("cleans_up_with_eliminate_dead_code", ERASE_LOOP,
+           "    calls_before = sum(_is_call(n) for n in graph.nodes)\n    graph.eliminate_dead_code()\n"
+           "    folded = calls_before - sum(_is_call(n) for n in graph.nodes)\n", caught_at=2),
+    Mutant("no_size_cap", "if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):", "if True:",
+           caught_at=2),
+    Mutant("getattr_on_dotted_target", "values[node] = _fetch_attr(gm, node.target)",
+           "values[node] = getattr(gm, node.target)", caught_at=2),
+    Mutant("stores_every_constant_as_a_buffer", " and isinstance(values[node], torch.Tensor) and", " and",
+           caught_at=2),
+    # A default value is what the caller gets when it passes nothing, not what it always gets.
+    Mutant("folds_argument_defaults", '        if node.op == "get_attr" and node.target not in mutated_targets:',
+           '        if node.op == "placeholder" and node.args:\n            values[node] = node.args[0]\n'
+           '        elif node.op == "get_attr" and node.target not in mutated_targets:', caught_at=2),
+    Mutant("stores_over_an_existing_name", 'in taken or hasattr(gm, f"{FOLDED_NAME}_{index}"):', "in taken:",
+           caught_at=2),
+    Mutant("evaluates_with_autograd_on", EVALUATE,
+           EVALUATE.replace("    with torch.no_grad():\n", "    if True:\n").replace(
+               "tree_map_only(torch.Tensor, torch.Tensor.detach, value)", "value"), caught_at=2),
+    Mutant("evaluates_under_inference_mode", "    with torch.no_grad():\n        if node.op",
+           "    with torch.inference_mode():\n        if node.op", caught_at=2),
+    Mutant("in_place_ops_listed_by_hand",
+           'in_place = (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem',
+           'in_place = name in ("add_", "mul_", "copy_", "fill_")', caught_at=4),
+    Mutant("random_functions_listed_by_hand", "return node.target in RANDOM_FUNCTIONS",
+           "return node.target in (torch.rand, torch.randn_like, F.dropout)", caught_at=4),
+]
+
+VARIANTS = [
+    # torch.fx.experimental.const_fold stores folded values as frozen parameters, not buffers.
+    Variant("stores_frozen_parameters", "gm.register_buffer(name, values[node], persistent=False)",
+            "gm.register_parameter(name, torch.nn.Parameter(values[node], requires_grad=False))"),
+    # A prefix the graded model already uses (`_folded_0`, `_folded_1`): a pass that checks hasattr moves on.
+    Variant("prefix_already_taken", 'FOLDED_NAME = "_folded_constant"', 'FOLDED_NAME = "_folded"'),
+]

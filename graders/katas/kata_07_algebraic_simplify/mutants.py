@@ -1,0 +1,74 @@
+"""Kata 07: plausible wrong simplifiers, each caught at the level that should catch it."""
+from graders.run import Mutant
+
+NEXT_RULE = "        replacement = (identity_operand(node, modules)"
+NO_OP = Mutant("no_op", "    # Shapes and dtypes of every node", "    return 0\n    # Shapes and dtypes of every node",
+               caught_at=1)
+# What a name-matching pass calls a node: the module's class name, else the function's or method's name.
+NAME = '(type(modules[n.target]).__name__ if n.op == "call_module" else getattr(n.target, "__name__", str(n.target)))'
+
+
+def before_the_rules(name: str, condition: str, replacement_node: str) -> Mutant:
+    """A rule the table leaves out on purpose, added in front of the others."""
+    return Mutant(name, NEXT_RULE,
+                  f"        if {condition}:\n"
+                  "            with graph.inserting_before(node):\n"
+                  f"                constant = graph.call_function({replacement_node}, (node.args[0],))\n"
+                  "            node.replace_all_uses_with(constant)\n"
+                  "            graph.erase_node(node)\n"
+                  "            rewrites += 1\n"
+                  "            continue\n" + NEXT_RULE, caught_at=2)
+
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    graph.lint()\n    gm.recompile()\n", "    graph.lint()\n", caught_at=1),
+    Mutant("leaves_dead_nodes", "        for input_node in inputs:\n            erase_if_dead(input_node, graph)  #",
+           "        for input_node in []:\n            erase_if_dead(input_node, graph)  #", caught_at=1),
+    Mutant("square_not_counted", "            rewrites += 1\n            continue", "            continue",
+           caught_at=1),
+    Mutant("rewrites_float_plus_zero", "(is_positive_zero(zero, modules) and meta(x) and not is_float(x))",
+           "is_positive_zero(zero, modules)", caught_at=2),
+    Mutant("ignores_the_sign_of_zero", "return a if is_positive_zero(b, modules) else None",
+           "return a if is_positive_zero(b, modules) or is_negative_zero(b) else None", caught_at=2),
+    before_the_rules("rewrites_times_zero_to_zeros", "op_kind(node, modules) == 'mul' and len(node.args) == 2 "
+                     "and is_literal_number(node.args[1]) and node.args[1] == 0", "torch.zeros_like"),
+    before_the_rules("rewrites_x_over_x_to_ones", "op_kind(node, modules) == 'div' and len(node.args) == 2 "
+                     "and node.args[0] is node.args[1]", "torch.ones_like"),
+    Mutant("rewrites_exp_of_log", "or relu_of_relu(node, modules)\n",
+           "or relu_of_relu(node, modules)\n                       or (node.args[0].args[0] if node.target is "
+           "torch.exp and getattr(node.args[0], 'target', None) is torch.log else None)\n", caught_at=2),
+    Mutant("ignores_broadcasting", "before.shape == after.shape and before.dtype", "before.dtype", caught_at=2),
+    # Compares ranks, not shapes: (3, 1, 5) * ones(3, 4, 5) has x's rank and a larger shape.
+    Mutant("compares_rank_not_shape", "before.shape == after.shape and",
+           "len(before.shape) == len(after.shape) and", caught_at=2),
+    Mutant("ignores_dtype_promotion", "before.shape == after.shape and before.dtype == after.dtype",
+           "before.shape == after.shape", caught_at=2),
+    Mutant("square_ignores_dtype", "\n                and meta(node.args[0]).dtype == meta(node).dtype)",
+           ")", caught_at=2),
+    Mutant("folds_parameter_equal_to_one", 'or op_kind(value, modules) == "ones"',
+           'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
+           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))', caught_at=2),
+    # Folds a parameter of ones only where it has x's own shape, so the result's shape cannot change.
+    Mutant("folds_parameter_of_inputs_shape", '    if kind == "mul":\n',
+           '    if (kind == "mul" and isinstance(b, fx.Node) and b.op == "get_attr" and meta(a) and meta(b)\n'
+           '            and meta(b).shape == meta(a).shape\n'
+           '            and bool((operator.attrgetter(b.target)(modules[""]) == 1).all())):\n'
+           '        return a\n    if kind == "mul":\n', caught_at=2),
+    Mutant("same_permutation_twice_cancels", "all(p[q[i]] == i for i in range(rank))", "p == q", caught_at=2),
+    Mutant("negative_dims_not_normalised", "return [d % rank for d in dims]", "return list(dims)", caught_at=2),
+    Mutant("ignores_rounding_mode", 'len(node.args) != 2 or node.kwargs:', 'len(node.args) != 2:', caught_at=2),
+    Mutant("ignores_in_place_users",
+           "        if not aliasing_is_safe(node, replacement, modules):\n            continue\n", "", caught_at=2),
+    Mutant("collapses_any_repeated_function",
+           'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu":',
+           'if (op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu") or (isinstance(inner, fx.Node) '
+           'and node.op == inner.op == "call_function" and node.target == inner.target and len(node.args) == 1):',
+           caught_at=2),
+    # Knows a relu by "relu" in its name: relu6(relu(x)) -> relu(x), relu(leaky_relu(x)) -> leaky_relu(x).
+    Mutant("relu_by_name", 'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu":',
+           f'if isinstance(inner, fx.Node) and all("relu" in {NAME}.lower() for n in (node, inner)):', caught_at=2),
+    Mutant("misses_nn_relu_modules", 'MODULES = {nn.ReLU: "relu"}', "MODULES = {}", caught_at=2),
+    Mutant("top_level_module_names_only", "return MODULES.get(type(modules.get(node.target)))",
+           'return MODULES.get(type(getattr(modules[""], node.target, None)))', caught_at=4),
+]

@@ -1,0 +1,110 @@
+"""Grader for kata 08: find chains of elementwise ops, then fuse each chain into one node. Models: models.py;
+mutants: mutants.py. Each model is graded twice: `find_<model>` compares the chains the finder returns with
+the expected ones (nothing is run), `fuse_<model>` grades the fusion of those chains."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_leaves
+
+from graders.run import (
+    Case,
+    CheckFailed,
+    Context,
+    Kata,
+    Pass,
+    Run,
+    assert_same_outputs,
+    graph_table,
+    harness,
+    seeded,
+)
+
+from .models import BASIC, BENCHMARK, EXACT_CASES, UNDER_AUTOGRAD, elementwise_count, hidden_case
+
+KATA = Kata("08_elementwise_chains")
+
+
+def where(run: Run) -> str:
+    """How messages name the graded model: as its case says, else from the check's name (find_x, fuse_x, model_n)."""
+    name = run.ctx.check.name
+    return run.case.extra.get("where", f"hidden model {name[6:]}" if name.startswith("model_") else f"model {name[5:]}")
+
+
+def found(run: Run) -> dict:
+    chains, nodes = run.result, set(run.traced.graph.nodes)
+    if not all(isinstance(c, (list, tuple)) and all(isinstance(n, fx.Node) and n in nodes for n in c) for c in chains):
+        raise CheckFailed("find_elementwise_chains must return a list of chains, each a list of the graph's own "
+                          f"torch.fx.Node objects; got {chains!r:.200}.")
+    got, want = [[n.name for n in chain] for chain in chains], run.case.expect
+    if got != want:
+        raise CheckFailed(f"find_elementwise_chains on {where(run)} returned {got}; expected {want} (node names, "
+                          f"chains in graph order). Hint: {run.case.hint}\n\nThe graph:\n{graph_table(run.before)}")
+    return {"chains": len(want)}
+
+
+def fused(run: Run) -> dict:
+    chains = run.case.expect
+    if run.result != len(chains):
+        run.fail(f"fuse_elementwise_chains on {where(run)} returned {run.result}; it fused {len(chains)} chain(s) "
+                 f"{chains}, so it should return {len(chains)}: the number of chains, not of nodes.", hint="")
+    members = sum(map(len, chains))
+    left, nodes = elementwise_count(run.gm), len(run.gm.graph.nodes)
+    want_left, want_nodes = elementwise_count(run.before) - members, len(run.before.graph.nodes) - members + len(chains)
+    if (left, nodes) != (want_left, want_nodes):
+        run.fail(f"after fuse_elementwise_chains on {where(run)}, the graph has {left} elementwise node(s) and {nodes} "
+                 f"node(s) in all; expected {want_left} and {want_nodes}: each of the chains {chains} becomes exactly "
+                 "one node, and nothing else changes.")
+    return {"chains": run.result}
+
+
+FIND = Pass("find_elementwise_chains", returns=list, verdict=found)  # its cases have compare=None: nothing to run
+FUSE = Pass("fuse_elementwise_chains", returns=int, verdict=fused, what="the fused model")
+
+
+def contract_view(module, parameters: dict, grad: bool):
+    """`module` as a function of private copies of the inputs, returning what the autograd contract
+    (README, "Autograd") grades: the output, the inputs after the call and, with `grad`, the gradients of
+    a fixed random projection of the output w.r.t. every floating-point input and every parameter."""
+
+    def call(*inputs):
+        xs = [t.detach().clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
+        with torch.set_grad_enabled(grad):
+            output = module(*xs)
+            wrt = {**{f"input {i}": x for i, x in enumerate(xs) if x.requires_grad},
+                   **{f"parameter {name}": p for name, p in parameters.items() if grad}}
+            outs = [o for o in tree_leaves(output) if isinstance(o, torch.Tensor) and o.requires_grad]
+            with seeded(0):
+                projection = [torch.randn_like(o) for o in outs]
+            grads = (torch.autograd.grad(outs, list(wrt.values()), projection, allow_unused=True) if outs
+                     else [None] * len(wrt))
+        return {"output": output, "inputs after the call": [x.detach() for x in xs], "gradients": dict(zip(wrt, grads))}
+
+    return call
+
+
+def under_autograd(run: Run) -> None:
+    """Without grad the inputs stay unchanged; with grad, outputs and gradients match the original's too.
+    The GraphModule shares its parameters with the traced model; the pristine copy has its own."""
+    for grad, mode in ((False, "under torch.no_grad()"), (True, "with grad on (inputs and parameters require it)")):
+        assert_same_outputs(contract_view(run.pristine, dict(run.pristine.named_parameters()), grad),
+                            contract_view(run.gm, dict(run.model.named_parameters()), grad), run.input_sets(),
+                            what=f"the fused model {mode}", hint=run.case.hint, graphs=(run.before, run.gm))
+
+
+def hidden(ctx: Context, case: Case) -> dict:
+    """Both passes on one generated model: the chains the grader's own finder finds, then their fusion."""
+    return {**harness.check(ctx, replace(case, compare=None), FIND), **harness.check(ctx, case, FUSE)}
+
+
+for level, cases in ((1, {"basic": BASIC}), (2, EXACT_CASES)):
+    KATA.cases(level, {f"find_{name}": replace(case, compare=None) for name, case in cases.items()}, FIND)
+    KATA.cases(level, {f"fuse_{name}": case for name, case in cases.items()}, FUSE)
+KATA.cases(2, {"fuse_under_autograd": replace(UNDER_AUTOGRAD, compare=under_autograd)}, FUSE)
+KATA.speed("five_op_chain_speedup", BENCHMARK, FUSE, what="the fused five-op chain on a 4096x4096 tensor",
+           hint="a fused node that still runs the five ops one after another writes five 64 MiB tensors, as "
+                "before. Write one buffer and let every later op overwrite it in place (README, 'Why this pass "
+                "exists').")
+KATA.hidden(hidden_case, check=hidden)

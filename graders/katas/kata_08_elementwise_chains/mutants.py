@@ -1,0 +1,66 @@
+"""Kata 08: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant, Variant
+
+NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    chains = find_elementwise_chains(gm)",
+               "    return 0\n    modules = dict(gm.named_modules())\n    chains = find_elementwise_chains(gm)",
+               caught_at=1)
+ONE_USER = "if source in elementwise and len(source.users) == 1:"
+PLAN = "        steps = plan_in_place(steps)\n"
+
+MUTANTS = [
+    NO_OP,
+    Mutant("returns_nodes_fused_not_chains", "    return len(chains)", "    return sum(len(c) for c in chains)",
+           caught_at=1),
+    Mutant("forgets_recompile", "    gm.recompile()\n    return len(chains)", "    return len(chains)", caught_at=1),
+    Mutant("misses_method_spellings", "return METHOD_KINDS.get(node.target)", "return None", caught_at=2),
+    Mutant("misses_module_spellings", 'MODULE_KINDS = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}',
+           "MODULE_KINDS = {}", caught_at=2),
+    Mutant("crosses_multi_user_node", ONE_USER, "if source in elementwise and len(source.users) >= 1:", caught_at=2),
+    Mutant("graph_output_as_interior", ONE_USER,
+           "if source in elementwise and len([u for u in source.users if u.op != 'output']) == 1:", caught_at=2),
+    Mutant("treats_inplace_methods_as_elementwise", "return METHOD_KINDS.get(node.target)",
+           "return METHOD_KINDS.get(node.target.rstrip('_'))", caught_at=2),
+    Mutant("ignores_inplace_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
+           'if "out" in node.kwargs:', caught_at=2),
+    Mutant("treats_dropout_as_elementwise", '    torch.tanh: "tanh",\n', '    torch.tanh: "tanh", F.dropout: "neg",\n',
+           caught_at=2),
+    Mutant("keeps_single_node_chains", "if node in successor and node not in has_predecessor:",
+           "if node in elementwise and node not in has_predecessor:", caught_at=2),
+    Mutant("picks_last_eligible_input", "for source in node.all_input_nodes:",
+           "for source in reversed(node.all_input_nodes):", caught_at=2),
+    Mutant("orders_chains_by_name", "    return chains\n", "    return sorted(chains, key=lambda c: c[0].name)\n",
+           caught_at=2),
+    Mutant("inserts_fused_node_at_head", "with gm.graph.inserting_before(tail):",
+           "with gm.graph.inserting_before(chain[0]):", caught_at=2),
+    Mutant("puts_chain_value_first", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)",
+           "tuple(sorted(map_arg(node.args, to_template), key=lambda a: a is not CHAIN_VALUE)), "
+           "map_arg(node.kwargs, to_template)", caught_at=2),
+    # Runs `value.add_(tensor)` in place too: wrong where the tensor operand broadcasts the value larger.
+    Mutant("in_place_with_tensor_operand",
+           "by_a_number = len(step.args) == 2 and isinstance(step.args[1], (int, float))",
+           "by_a_number = len(step.args) == 2", caught_at=2),
+    # Runs in place on a value that may be an integer tensor: `v.div_(2)` cannot promote it to float.
+    Mutant("ignores_dtype_promotion", "and float_tensor and before.kind", "and before.kind", caught_at=2),
+    # Overwrites a sigmoid's or relu's output, which their backward reads: outputs right, backward raises.
+    Mutant("in_place_under_autograd", "and before.kind not in SAVES_RESULT:", ":", caught_at=2),
+    # The head step writes into the tensor it reads (the caller's input) when it has an in-place form.
+    Mutant("writes_into_its_input", "    planned = [steps[0]]  # the head",
+           "    head = steps[0]\n"
+           "    head_in_place = _in_place(Step(head.kind, head.op, head.target, (CHAIN_VALUE, *head.args[1:]), head.kwargs))\n"
+           "    planned = [Step(head.kind, 'call_method', head.kind + '_', head.args, head_in_place.kwargs)\n"
+           "               if head_in_place else head]  # the head", caught_at=2),
+    # Runs the chain without autograd (for speed): the outputs are right, but no gradient flows back.
+    Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        value = None",
+           "    @torch.no_grad()\n    def forward(self, *inputs):\n        value = None", caught_at=2),
+    Mutant("modules_by_attribute_name", "        module = modules.get(node.target)\n",
+           "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
+           "        module = modules.get(node.target)\n", caught_at=4),
+    # The fused node is one node, numerically right, but still runs the ops one by one: only L3 sees it.
+    Mutant("fused_node_calls_ops_one_by_one", PLAN, "", caught_at=3),
+]
+
+VARIANTS = [
+    # More cautious than the reference: nothing in place after a neg either (its backward needs nothing).
+    Variant("no_in_place_after_neg", 'SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp"}',
+            'SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "neg"}'),
+]

@@ -1,0 +1,286 @@
+"""Kata 10's battery: passes whose truth is known, the models they run on, the cases (kata.toml's [cases]: `expect`
+is the truth verify_pass must report, a key left out is not graded) and the hidden-case generator."""
+from __future__ import annotations
+
+import functools
+import operator
+import random
+from typing import Callable
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.optimization import fuse
+from torch.utils._pytree import tree_map
+
+from graders.run import Case, Program, Program2, call_module_nodes, manifest, random_identifier, random_path
+
+MANIFEST = manifest("10_verify_harness")
+HIDDEN = MANIFEST["hidden"]  # the passes of the hidden battery, the truth about each, the hint
+CHECK_KEYS = ("numerical", "gradient", "lint", "params")
+ACTIVATIONS = (torch.relu, torch.tanh, F.gelu)
+
+
+# The passes. Each finds its handle generically (the flatten, the abs on the input, the Linears, the
+# activations), so it works on the hidden models too; what each does, right or wrong, is kata.toml's `why`.
+
+def calls(gm: fx.GraphModule, *targets) -> list[fx.Node]:
+    """The live calls of `targets`: breaking a node whose value is unused changes nothing, and the truth would lie."""
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets and n.users]
+
+
+def linear_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in call_module_nodes(gm, nn.Linear) if n.users]
+
+
+def done(gm: fx.GraphModule) -> fx.GraphModule:
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def replaced(gm: fx.GraphModule, node: fx.Node, build: Callable[[fx.Graph, fx.Node], object]) -> fx.GraphModule:
+    """`node` replaced by what `build(graph, node)` builds in its place (or returns: one of its arguments)."""
+    with gm.graph.inserting_before(node):
+        node.replace_all_uses_with(build(gm.graph, node))
+    gm.graph.erase_node(node)
+    return done(gm)
+
+
+def identity(gm):
+    return gm
+
+
+def swap_add_operands(gm):
+    for node in calls(gm, operator.add):
+        if all(isinstance(a, fx.Node) for a in node.args):
+            node.args = node.args[::-1]  # float addition is commutative: bit-identical
+    return done(gm)
+
+
+def eliminate_dead_code(gm):
+    gm.graph.eliminate_dead_code()  # every battery model's dead code is free of side effects
+    return done(gm)
+
+
+def fold_conv_bn(gm):
+    """torch's own eval-mode conv-BN fold (what kata 03 teaches), then the BatchNorm modules it left unused are
+    dropped from gm. torch's, not kata 03's reference: the battery runs in a worker that sees only graders/."""
+    gm = fuse(gm, inplace=True, no_trace=True)
+    gm.delete_all_unused_submodules()
+    return gm
+
+
+def activation_to_sigmoid(gm, index=0, recompile=True):
+    node = calls(gm, *ACTIVATIONS)[index]
+    node.target, node.kwargs = torch.sigmoid, {}
+    return done(gm) if recompile else gm
+
+
+forgets_recompile = functools.partial(activation_to_sigmoid, recompile=False)
+
+
+def caches_first_result(gm):
+    """Replays the outputs of its first call for every later input: a constant folded from one input."""
+    first = []  # shared by every copy of the module, like a constant folded into its code
+
+    def replay_first(outputs):
+        if not first:
+            first.append(tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs))
+            return outputs
+        return first[0]
+
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output):
+        output.args = (gm.graph.call_function(replay_first, output.args),)
+    return done(gm)
+
+
+def flatten_rewritten_as(rewrite: Callable[[fx.Graph, fx.Node], fx.Node]) -> Callable:
+    return lambda gm: replaced(gm, calls(gm, torch.flatten)[0], lambda graph, node: rewrite(graph, node.args[0]))
+
+
+squeeze_instead_of_flatten = flatten_rewritten_as(
+    lambda g, x: g.call_function(torch.flatten, (g.call_method("squeeze", (x,)), -2)))
+flatten_as_view = flatten_rewritten_as(lambda g, x: g.call_method("view", (x, g.call_method("size", (x, 0)), -1)))
+reshape_to_batch_1 = flatten_rewritten_as(lambda g, x: g.call_method("reshape", (x, 1, -1)))
+
+
+def drops_input_abs_or_relu(gm):
+    return replaced(gm, calls(gm, torch.abs, torch.relu)[0], lambda graph, node: node.args[0])
+
+
+def detaches_activation(gm, index=0):
+    node = calls(gm, *ACTIVATIONS)[index]
+    with gm.graph.inserting_after(node):
+        detached = gm.graph.call_method("detach", (node,))
+    node.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+    return done(gm)
+
+
+def straight_through_activation(gm, index=0):
+    node = calls(gm, *ACTIVATIONS)[index]
+    activation = node.target
+
+    class StraightThrough(torch.autograd.Function):
+        """The activation going forward, the identity going back: the outputs match, the gradients do not."""
+        forward = staticmethod(lambda ctx, x: activation(x))
+        backward = staticmethod(lambda ctx, grad: grad)
+
+    def straight_through(x):  # a plain function: the generated code can call it, not StraightThrough.apply
+        return StraightThrough.apply(x)
+
+    node.target = straight_through
+    return done(gm)
+
+
+def detaches_weight(gm, index=0):
+    def functional(graph, node):
+        weight = graph.call_method("detach", (graph.get_attr(f"{node.target}.weight"),))
+        bias = graph.get_attr(f"{node.target}.bias") if gm.get_submodule(node.target).bias is not None else None
+        return graph.call_function(F.linear, (node.args[0], weight, bias))
+    return replaced(gm, linear_nodes(gm)[index], functional)
+
+
+def pads_linear(gm, index=0, multiple=8):
+    node = linear_nodes(gm)[index]
+    linear = gm.get_submodule(node.target)
+    out = linear.out_features
+    padded = nn.Linear(linear.in_features, out + multiple - out % multiple, bias=linear.bias is not None)
+    with torch.no_grad():
+        for new, old in ((padded.weight, linear.weight), (padded.bias, linear.bias)):
+            if old is not None:
+                new.zero_()[:out] = old
+    gm.set_submodule(node.target, padded)
+    with gm.graph.inserting_after(node):
+        sliced = gm.graph.call_function(operator.getitem, (node, (Ellipsis, slice(None, out))))
+    node.replace_all_uses_with(sliced, delete_user_cb=lambda user: user is not sliced)
+    return done(gm)
+
+
+def breaks_node_order(gm, index=0):
+    node = calls(gm, *ACTIVATIONS)[index]
+    node.args[0].prepend(node)
+    gm.recompile()
+    return gm
+
+
+def mutates_shared_weights(gm, index=0):
+    """symbolic_trace shares the Linear with the traced model: compared against it, both change together."""
+    with torch.no_grad():
+        gm.get_submodule(linear_nodes(gm)[index].target).weight.mul_(2)
+    return gm
+
+
+def mlp(dead_branch=False, second_output=False) -> nn.Module:
+    """Every op is a handle some pass grabs: the flatten (batch-size and layout traps), the abs on the
+    input (negative-input trap), the Linears (weights to detach, pad or edit in place), the activations."""
+    def forward(m, x):
+        h = torch.flatten(x, 1)
+        a = torch.abs(h)
+        if dead_branch:
+            torch.tanh(m.aux(a))  # a dead branch: its result is never used
+        out = m.fc2(torch.relu(m.fc1(a))) * 0.5 + h
+        return (out, torch.tanh(m.head2(a))) if second_output else out
+
+    parts = {"fc1": nn.Linear(20, 20), "fc2": nn.Linear(20, 20)}
+    parts |= {"aux": nn.Linear(20, 20)} if dead_branch else {}
+    parts |= {"head2": nn.Linear(20, 3)} if second_output else {}
+    return Program(forward, **parts)
+
+
+def conv_bn(bias=True) -> nn.Module:
+    """Conv, BatchNorm with random statistics, ReLU; in eval mode, where the fold is exact."""
+    conv, bn = nn.Conv2d(3, 6, 3, padding=1, bias=bias), nn.BatchNorm2d(6)
+    with torch.no_grad():
+        for stat, low, high in ((bn.running_mean, -1, 1), (bn.running_var, 0.5, 2), (bn.weight, 0.5, 1.5),
+                                (bn.bias, -1, 1)):
+            stat.uniform_(low, high)
+    return Program(lambda m, x: torch.relu(m.bn(m.conv(x))), conv=conv, bn=bn).eval()
+
+
+def dead_head(width=256) -> nn.Module:
+    """L3 benchmark: one live Linear, a two-Linear head whose result is never used (weights fit in cache)."""
+    def forward(m, x):
+        m.head(x)
+        return torch.relu(m.live(x))
+    return Program(forward, live=nn.Linear(width, width),
+                   head=nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)))
+
+
+MODELS = {  # the names kata.toml's [cases] use: a builder and the shape of one input, batch left out
+    "mlp": (mlp, (4, 5)), "mlp_dead_branch": (functools.partial(mlp, dead_branch=True), (4, 5)),
+    "mlp_two_outputs": (functools.partial(mlp, second_output=True), (4, 5)),
+    "conv_bn": (conv_bn, (3, 6, 6)), "conv_bn_no_bias": (functools.partial(conv_bn, bias=False), (3, 6, 6))}
+EXAMPLES = {"randn": torch.randn, "rand": torch.rand,  # rand: an image batch in [0, 1)
+            "transposed": lambda shape: torch.randn(shape[0], *shape[:0:-1]).transpose(1, -1)}  # non-contiguous
+
+
+def case(spec: dict) -> Case:
+    """A case from its declaration in kata.toml's [cases]; its `pass` names one of the passes above."""
+    (builder, shape), draw = MODELS[spec.get("model", "mlp")], EXAMPLES[spec.get("example", "randn")]
+    pass_fn = globals()[spec["pass"]]
+    pass_fn = functools.partial(pass_fn, index=spec["index"]) if "index" in spec else pass_fn
+    return Case(builder, lambda batch: (draw((batch, *shape)),), spec["truth"], spec.get("hint", ""),
+                batch_sizes=(spec.get("batch", 4),), extra={**spec, "pass": pass_fn})
+
+
+CASES = {name: case(spec) for name, spec in MANIFEST["cases"].items()}
+BENCHMARK = Case(dead_head, lambda batch: (torch.randn(batch, 256),), mode="eval", batch_sizes=(64,))
+
+
+# Hidden cases (L4): a random model (depth, widths, activations, names, nesting, one or two inputs and
+# outputs, a dead branch or not), a random example batch size, and random passes from kata.toml's [hidden].
+
+def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -> nn.Module:
+    """Flatten, abs or relu, 2 to 4 Linears at random nested paths each with a random activation (a residual where
+    widths agree), a dead Linear or not; with `side_features` a second input and output (draw and compare all)."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    input_op, width, layers, parts = rng.choice([torch.abs, torch.relu]), shape[0] * shape[1], [], {}
+    for index in range(rng.randint(2, 4)):
+        out = rng.choice([8, 12, 16, 20])
+        path = random_path(rng, 2, index)
+        parts[path] = nn.Linear(width, out)
+        layers.append((path, rng.choice(ACTIVATIONS), out == width))
+        width = out
+    dead = random_identifier(rng) + "_dead" if rng.random() < 0.5 else None
+    parts |= {dead: nn.Linear(width, 4)} if dead else {}
+    side = random_identifier(rng) + "_side"
+    parts |= {side: nn.Linear(side_features, width)} if side_features else {}
+
+    def forward(m, x, side_input=None):
+        h = input_op(torch.flatten(x, 1))
+        for path, activation, residual in layers:
+            y = activation(m.get_submodule(path)(h))
+            h = y + h if residual else y
+        if dead:
+            getattr(m, dead)(h)  # never used
+        out = h * 0.5 + 1.0
+        return (out, torch.tanh(getattr(m, side)(side_input))) if side_features else out
+
+    return (Program2 if side_features else Program)(forward, **parts)
+
+
+def hidden_cases(rng: random.Random) -> dict[str, Case]:
+    """One correct and one wrong pass, each at a random site, on one random model."""
+    shape = (rng.randint(2, 4), rng.randint(2, 5))  # both > 1: squeeze() must drop only the batch
+    side_features, batch = rng.choice([None, None, 3, 6]), rng.randint(2, 5)
+    build = functools.partial(hidden_model, rng.randrange(2**31), shape, side_features)
+
+    def inputs(batch: int) -> tuple:
+        return (torch.randn(batch, *shape),) + ((torch.randn(batch, side_features),) if side_features else ())
+
+    traced = fx.symbolic_trace(build())
+    sites = {"activation": len(calls(traced, *ACTIVATIONS)), "linear": len(linear_nodes(traced))}
+    correct, wrong = rng.choice(HIDDEN["correct"]), rng.choice(list(HIDDEN["wrong"]))
+    cases = {}
+    for name, spec in ((correct, {"truth": dict.fromkeys(CHECK_KEYS, True)}), (wrong, HIDDEN["wrong"][wrong])):
+        pass_fn = globals()[name]
+        if "site" in spec:
+            index = rng.randrange(sites[spec["site"]])
+            pass_fn, name = functools.partial(pass_fn, index=index), f"{name}[{index}]"
+        cases[name] = Case(build, inputs, spec["truth"], HIDDEN["hint"], batch_sizes=(batch,),
+                           extra={"pass": pass_fn, "why": f"that is the truth about the hidden pass {name}"})
+    return cases

@@ -1,0 +1,97 @@
+"""Kata 10: plausible wrong verifiers, each caught at its level by the case built to expose it.
+
+In this kata the learner writes the verifier, so a mutant is a verifier with one blind spot.
+tests/test_mutants.py proves each is caught first at its level; tests/test_kata_10_verify_harness.py
+that the check named for it in CAUGHT_BY is among those that fail it (so each battery pass's claimed
+subtlety is itself tested).
+
+There is no NO_OP here: the learner's function is a verifier, not a pass, so "changes nothing" has no
+meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE), is an ordinary mutant
+caught at level 3 (the shared no-op test expects one speed check; this kata has three), and what
+bench/speed_fidelity.py grades as this kata's no-op (SPEED_NO_OP).
+"""
+from graders.run import Mutant
+
+BACK_TO_BACK_OLD = """            ratios = []
+            for round_index in range(TIMING_ROUNDS):
+                # Alternate who goes first, so both see the same machine state on average.
+                if round_index % 2 == 0:
+                    base, cand = chunk(baseline), chunk(candidate)
+                else:
+                    cand, base = chunk(candidate), chunk(baseline)
+                ratios.append(base / cand)
+"""
+BACK_TO_BACK_NEW = """            bases = [chunk(baseline) for _ in range(TIMING_ROUNDS)]  # all of one model, then all of the other
+            cands = [chunk(candidate) for _ in range(TIMING_ROUNDS)]
+            ratios = [base / cand for base, cand in zip(bases, cands)]
+"""
+SAMPLES = "    samples = [example_inputs, *draw_samples(example_inputs, n_samples)]\n"
+SPEEDUP_ALWAYS_ONE = Mutant("speedup_always_one",
+                            'report["speedup"] = time_ratio(baseline, transformed, example_inputs)',
+                            'report["speedup"] = 1.0', caught_at=3)
+
+MUTANTS = [
+    Mutant("one_sample_only", SAMPLES, "    samples = [example_inputs]\n", caught_at=2),
+    Mutant("never_runs_the_example", SAMPLES, "    samples = draw_samples(example_inputs, n_samples)\n", caught_at=2),
+    Mutant("same_batch_size_always", "batch = sizes[index % len(sizes)]", "batch = example_batch", caught_at=2),
+    Mutant("tries_only_batch_1_and_the_example", "sizes = list(dict.fromkeys((1, example_batch, *EXTRA_BATCH_SIZES)))",
+           "sizes = list(dict.fromkeys((1, example_batch)))", caught_at=2),
+    Mutant("draws_nonnegative_inputs", "torch.randn(batch, *t.shape[1:]", "torch.rand(batch, *t.shape[1:]",
+           caught_at=2),
+    Mutant("allclose_broadcasts_shapes",
+           "            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef gradients(",
+           "            if not all(torch.allclose(g, w, atol=atol, rtol=rtol) for g, w in zip(got, want)):\n"
+           "                return False\n    return True\n\n\ndef gradients(", caught_at=2),
+    Mutant("compares_only_the_first_output",
+           "want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))",
+           "want, got = as_tuple(original(*inputs))[:1], as_tuple(transformed(*inputs))[:1]", caught_at=2),
+    Mutant("no_deep_copy_before_the_pass",
+           "    original, baseline = copy.deepcopy(model), fx.symbolic_trace(copy.deepcopy(model))\n"
+           "    transformed = pass_fn(fx.symbolic_trace(copy.deepcopy(model)))",
+           "    original, baseline = model, fx.symbolic_trace(model)\n"
+           "    transformed = pass_fn(fx.symbolic_trace(model))", caught_at=2),
+    Mutant("no_gradient_comparison",
+           "passes(gradients_match, original, transformed, samples[:GRADIENT_SAMPLES], atol, rtol)", "True",
+           caught_at=2),
+    Mutant("input_gradients_only", "    params = untouched_parameters(original, transformed)\n",
+           "    params = []\n", caught_at=2),
+    Mutant("lint_without_freshness", '    return gm.code == gm.graph.python_code(root_module="self").src',
+           "    return True", caught_at=2),
+    Mutant("freshness_without_lint", "    gm.graph.lint()\n", "", caught_at=2),
+    Mutant("params_compares_names",
+           '"params": parameter_count(transformed) <= parameter_count(original),',
+           '"params": set(dict(transformed.named_parameters())) <= set(dict(original.named_parameters())),',
+           caught_at=2),
+    Mutant("params_requires_equal_count", "parameter_count(transformed) <= parameter_count(original)",
+           "parameter_count(transformed) == parameter_count(original)", caught_at=1),
+    Mutant("speedup_inverted", "ratios.append(base / cand)", "ratios.append(cand / base)", caught_at=3),
+    Mutant("times_the_original_against_itself", "time_ratio(baseline, transformed, example_inputs)",
+           "time_ratio(baseline, original, example_inputs)", caught_at=3),
+    SPEEDUP_ALWAYS_ONE,
+    Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
+    Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
+]
+
+SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
+
+# The check that must be among those failing each mutant (the case built for its blind spot).
+CAUGHT_BY = {
+    "one_sample_only": "caches_first_result",
+    "never_runs_the_example": "wrong_only_on_the_example_itself",
+    "same_batch_size_always": "wrong_only_at_batch_size_1",
+    "tries_only_batch_1_and_the_example": "right_only_at_the_example_batch_size",
+    "draws_nonnegative_inputs": "example_in_0_1_wrong_on_negatives",
+    "allclose_broadcasts_shapes": "wrong_only_at_batch_size_1",
+    "compares_only_the_first_output": "wrong_only_in_the_second_output",
+    "no_deep_copy_before_the_pass": "mutates_shared_weights",
+    "no_gradient_comparison": "straight_through_relu",
+    "input_gradients_only": "detaches_weight",
+    "lint_without_freshness": "forgets_recompile",
+    "freshness_without_lint": "breaks_node_order",
+    "params_compares_names": "pads_linear_adds_parameters",
+    "params_requires_equal_count": "conv_bn_fold",
+    "speedup_inverted": "dead_code_speedup",
+    "times_the_original_against_itself": "dead_code_speedup",
+    "speedup_always_one": "dead_code_speedup",
+    "times_back_to_back": "interleaved_timing",
+}

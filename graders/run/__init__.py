@@ -1,0 +1,40 @@
+"""The run path: how one check of one kata runs, and the vocabulary every kata grader speaks.
+
+A kata grader (graders/katas/kata_<name>/) imports only this package: the frame's declarations (`Kata`,
+`CheckFailed`, `Mutant`), the harness's records (`Case`, `Pass`, `Run`) and the measurements (numerics,
+structure, timing, model helpers). The modules behind it:
+
+- session.py: a grading session (one solution tree, seed, device), a check's `Context`, `grade`;
+- harness.py: the one run path (a case placed on the device, copied, traced, passed, linted, compared);
+- numerics.py, structure.py, timing.py: what a check measures (outputs, graphs, speed and exact costs);
+- models.py: building graded models with random names (hidden models) and models as data.
+
+May import: graders.frame, graders.isolation (a session runs solution code in a worker when isolated).
+"""
+from graders.frame.catalogue import REPO_ROOT, manifest
+from graders.frame.mutant import Mutant, Variant
+from graders.run import harness
+from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, build, on_device
+from graders.run.models import PathChain, Program, Program2, nest_under, random_identifier, random_identifiers, random_path
+from graders.run.numerics import (
+    ATOL,
+    RTOL,
+    assert_bit_identical,
+    assert_same_outputs,
+    cloned,
+    describe_difference,
+    input_sets,
+    run_module,
+    seeded,
+)
+from graders.run.session import Called, CheckFailed, Context, Kata, describe_exception
+from graders.run.structure import call_module_nodes, graph_table
+from graders.run.timing import alone, measure_speedup
+
+__all__ = [
+    "ATOL", "RTOL", "REPO_ROOT", "Called", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
+    "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
+    "assert_same_outputs", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
+    "graph_table", "harness", "input_sets", "manifest", "measure_speedup", "nest_under", "on_device",
+    "random_identifier", "random_identifiers", "random_path", "run_module", "seeded",
+]

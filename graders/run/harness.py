@@ -1,0 +1,219 @@
+"""The one run path: a kata declares cases and passes as data, the harness does everything around the call.
+
+A `Case` is a record (model builder, input builder, the expected outcome, the hint, options); a `Pass`
+names the learner's function, what it returns and the kata's own structure verdict. `apply` is the
+only place a learner's pass runs on a graded model: device placement, the pristine copy, the trace, the
+call (`Context.call`), lint and stale-code check. `check` adds the verdict and the comparison against
+the pristine copy. Kata-particular checks (kata 03's weight formula, kata 10's harness tests) stay
+ordinary functions registered with `Kata.check`.
+"""
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+from torch.utils._pytree import tree_map
+
+from graders.run.session import CheckFailed, Context
+from graders.run.numerics import ATOL, RTOL, assert_bit_identical, assert_same_outputs
+from graders.run.structure import assert_valid_graph_module, before_after
+from graders.run.timing import assert_speedup
+
+
+def on_device(tree, device: torch.device):
+    """`tree` (a module, a tensor, or a tuple/list/dict of them) moved to `device`."""
+    if isinstance(tree, nn.Module):
+        return tree.to(device)
+    return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One graded model: what to build, what to feed it, what a correct pass does to it."""
+
+    build: Callable[[], nn.Module]
+    inputs: Callable[[int], tuple] | None  # batch size -> inputs (built anywhere; moved to the device)
+    expect: Any = None                     # the outcome the kata's verdict checks; None: either answer is right
+    hint: str = ""
+    mode: str | None = None                # "eval" or "train": the whole model in that mode; None: as built
+    compare: str | Callable | None = "allclose"  # "allclose", "bit_exact", None, or compare(run) -> None
+    rng: bool = False                      # the model draws random numbers: both sides run from one RNG state
+    tolerance: tuple[float, float] | None = None  # (rtol, atol) for "allclose"; None: graders/numerics.py's
+    batch_sizes: tuple[int, ...] = (1, 3)
+    samples: int = 2                       # fresh draws per batch size: one sample can hide a bug
+    trace: Callable[[nn.Module], fx.GraphModule] = fx.symbolic_trace
+    extra: dict = field(default_factory=dict)  # anything else the kata's verdict needs
+
+
+@dataclass(frozen=True)
+class Pass:
+    """The learner's pass: its function name, what it returns, and the kata's structure verdict.
+
+    `returns` fx.GraphModule: the pass returns the rewritten module. Anything else (a count, a list):
+    the pass rewrites the traced module in place and returns that.
+    """
+
+    function: str
+    returns: type | tuple[type, ...] = fx.GraphModule
+    verdict: Callable[["Run"], dict | None] | None = None
+    what: str | Callable[["Run"], str] = ""  # how messages name the rewritten module
+    example_inputs: bool = False  # the pass also takes example inputs (one draw of the case's first batch size)
+    compare_first: bool = False   # compare outputs before the structure verdict (the more telling failure first)
+
+    @property
+    def label(self) -> str:
+        """How messages name the rewritten module, where that does not depend on the run (see Run.label)."""
+        return (None if callable(self.what) else self.what) or f"the module after {self.function}"
+
+
+@dataclass
+class Run:
+    """Everything about one application of a pass, for the verdict and the comparison."""
+
+    ctx: Context
+    case: Case
+    via: Pass
+    model: nn.Module          # the model that was traced (the GraphModule shares its submodules)
+    pristine: nn.Module       # a deep copy taken before the trace: the reference for numerics
+    before: fx.GraphModule    # a traced copy the pass never saw: the "before" graph in messages
+    traced: fx.GraphModule    # the GraphModule handed to the pass
+    gm: fx.GraphModule        # the rewritten GraphModule (the returned one, or `traced` for in-place passes)
+    result: Any               # what the pass returned
+    extra_args: tuple = ()    # what the pass was called with after the GraphModule (example inputs)
+
+    def graphs(self) -> str:
+        return before_after(self.before, self.gm)
+
+    @property
+    def label(self) -> str:
+        return self.via.what(self) if callable(self.via.what) else self.via.label
+
+    def fail(self, sentence: str, hint: str | None = None, *, graphs: bool = True):
+        """Raise the check's verdict: the sentence, the hint, then the graph before and after the pass."""
+        hint = self.case.hint if hint is None else hint
+        raise CheckFailed(sentence + (f" Hint: {hint}" if hint else "") + (self.graphs() if graphs else ""))
+
+    def make_inputs(self, batch: int) -> tuple:
+        return on_device(self.case.inputs(batch), self.ctx.device)
+
+    def input_sets(self) -> list[tuple]:
+        return [self.make_inputs(batch) for batch in self.case.batch_sizes for _ in range(self.case.samples)]
+
+    def call_again(self, module: fx.GraphModule | None = None):
+        """Run the pass once more, on its own result (idempotence checks)."""
+        return self.ctx.call(self.via.function, module or self.gm, *self.extra_args, returns=self.via.returns)
+
+
+def build(ctx: Context, case: Case) -> nn.Module:
+    model = case.build()
+    if case.mode == "eval":
+        model.eval()
+    elif case.mode == "train":
+        model.train()
+    return on_device(model, ctx.device)
+
+
+def apply(ctx: Context, case: Case, via: Pass) -> Run:
+    """The one place a learner's pass runs on a graded model."""
+    model = build(ctx, case)
+    pristine = copy.deepcopy(model)
+    before = case.trace(copy.deepcopy(model))
+    traced = case.trace(model)
+    extra = (on_device(case.inputs(case.batch_sizes[0]), ctx.device),) if via.example_inputs else ()
+    # `model` is watched: the pass must leave it as it was, and leaf modules it shares with `traced` show
+    # whether it did. Isolated, all of these come back rebuilt from the worker's records.
+    called = ctx.invoke(via.function, traced, *extra, returns=via.returns,
+                        watch=(model,) if isinstance(model, nn.Module) else ())
+    result, traced, model = called.result, called.args[0], (called.watched or (model,))[0]
+    gm = result if isinstance(result, fx.GraphModule) else traced
+    assert_valid_graph_module(gm, via.function, in_place=via.returns is not fx.GraphModule)
+    return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra)
+
+
+def module_states(model: nn.Module) -> dict[str, tuple[str, dict[str, torch.Tensor]]]:
+    """Every module of `model` by path: what it is (class name, configuration, mode) and its own parameters
+    and buffers. By name, not by class: after isolated grading the model comes back rebuilt from records
+    (graders/records.py)."""
+    return {path: (f"{type(m).__name__}({m.extra_repr()}){'' if m.training else ' in eval mode'}",
+                   {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
+            for path, m in model.named_modules()}
+
+
+def _described(kind: str | None, state: dict[str, torch.Tensor]) -> str:
+    return "gone" if kind is None else f"a {kind} holding " + (
+        ", ".join(f"{name} {tuple(t.shape)}" for name, t in state.items()) or "nothing")
+
+
+def assert_model_unchanged(run: Run, hint: str) -> None:
+    """The model that was traced keeps every module's type, parameters and buffers: symbolic_trace shares
+    leaf modules with the caller's model, so a pass that edits them in place (weights, `__class__`)
+    changes the caller's model, even where outputs happen to agree."""
+    now = module_states(run.model)
+    for path, (kind, state) in module_states(run.pristine).items():
+        where, (new_kind, new_state) = f"`{path}`" if path else "(the root)", now.get(path, (None, {}))
+        if new_kind != kind or state.keys() != new_state.keys():
+            run.fail(f"after {run.via.function}, the module {where} of the model that was traced is "
+                     f"{_described(new_kind, new_state)}; before the pass it was {_described(kind, state)}.", hint)
+        changed = [key for key, t in state.items() if t.shape != new_state[key].shape
+                   or not torch.equal(t, new_state[key])]
+        if changed:
+            run.fail(f"after {run.via.function}, the {kind.split('(')[0]} {where} of the model that was traced holds "
+                     f"other values in {', '.join(changed)} than before the pass.", hint)
+
+
+def compare(run: Run) -> None:
+    """The rewritten module against the pristine original, as the case asks."""
+    how, case = run.case.compare, run.case
+    try:
+        if how is None:
+            return
+        if callable(how):
+            how(run)
+        elif how == "bit_exact":
+            assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=run.label, hint=case.hint,
+                                 graphs=(run.before, run.gm))
+        elif how == "allclose":
+            rtol, atol = case.tolerance or (RTOL, ATOL)
+            assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label, hint=case.hint,
+                                graphs=(run.before, run.gm), seed=1234 if case.rng else None, rtol=rtol, atol=atol)
+        else:
+            raise ValueError(f"unknown comparison {how!r}")
+    except CheckFailed as failure:
+        if run.graphs() in str(failure):
+            raise
+        # The rewritten module crashed: say so with the case's hint and the graphs, like any other verdict.
+        raise CheckFailed(str(failure) + (f" Hint: {case.hint}" if case.hint else "") + run.graphs(),
+                          failure.figures) from None
+
+
+def check(ctx: Context, case: Case, via: Pass) -> dict:
+    """Apply the pass, give the kata's verdict on the result, then compare it with the original."""
+    run = apply(ctx, case, via)
+    if via.compare_first:
+        compare(run)
+    figures = via.verdict(run) if via.verdict else None
+    if not via.compare_first:
+        compare(run)
+    return figures or {}
+
+
+def speed(ctx: Context, case: Case, via: Pass, *, what: str, hint: str, verdict: bool = False) -> dict:
+    """The L3 verdict on the kata's benchmark case, with the thresholds of the kata's manifest.
+
+    `verdict`: the pass's structure verdict must hold on the benchmark too (after timing, so a pass
+    that changes nothing is still reported by its speed)."""
+    run = apply(ctx, case, via)
+    batch = case.batch_sizes[0]
+    figures = assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch), ctx.kata.thresholds,
+                             what=what, hint=hint, max_bytes_fraction=ctx.kata.max_bytes_fraction)
+    return {**figures, **((via.verdict(run) or {}) if verdict and via.verdict else {})}
+
+
+def hidden_rng(ctx: Context) -> random.Random:
+    """The hidden-model generator's randomness: drawn from the check's seed, so the grading seed decides."""
+    return random.Random(ctx.seed)

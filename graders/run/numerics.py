@@ -1,0 +1,117 @@
+"""Numerics: does the rewritten module compute what a pristine copy of the original computes?"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
+
+from graders.run.session import CheckFailed, describe_exception
+from graders.run.structure import before_after
+
+# fp32 tolerances. A rewrite that reassociates arithmetic (folding a scale into a weight) moves results
+# by a few ulps of the *intermediate* values, so the absolute tolerance scales with the output's
+# magnitude; every missing term the graders look for moves results by far more.
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+def _magnitude(output) -> float:
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    return max([1.0] + [t.detach().abs().max().item() for t in leaves])
+
+
+def input_sets(make_inputs: Callable[[int], tuple], batch_sizes: Sequence[int] = (1, 3), samples: int = 2) -> list[tuple]:
+    """Several fresh random draws at several batch sizes: one sample can hide a bug."""
+    return [make_inputs(batch) for batch in batch_sizes for _ in range(samples)]
+
+
+def cloned(inputs: tuple) -> tuple:
+    """Private copies of the tensors in `inputs`: a wrong rewrite may mutate an input."""
+    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
+
+
+def seeded(seed: int | None):
+    """Run from a fixed generator state (restored afterwards), so random ops draw the same numbers on
+    both sides; `None` changes nothing."""
+    if seed is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.random.fork_rng(devices=range(torch.cuda.device_count())))
+    torch.manual_seed(seed)
+    return stack
+
+
+def run_module(module: Callable, inputs: tuple, what: str, *, seed: int | None = None):
+    try:
+        with torch.no_grad(), seeded(seed):
+            return module(*inputs)
+    except Exception as exc:
+        raise CheckFailed(f"running {what} raised {describe_exception(exc)}.") from None
+
+
+def _shapes(inputs: tuple) -> str:
+    return ", ".join(str(tuple(t.shape)) if isinstance(t, torch.Tensor) else repr(t) for t in inputs)
+
+
+def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: list[tuple], *,
+                        what: str = "the rewritten module", rtol: float = RTOL, atol: float = ATOL,
+                        hint: str = "", graphs: tuple | None = None, seed: int | None = None) -> None:
+    """Outputs must match in structure, shape, dtype, device and value on every input set.
+
+    `graphs`, a (before, after) pair of GraphModules, are shown after the sentence when outputs differ.
+    `seed`: both sides run from this generator state (models that draw random numbers).
+    """
+    for inputs in inputs_list:
+        # The same tensors, not copies: the speed level's recheck relies on the timed input's own storage.
+        want = run_module(expected, inputs, "the original model", seed=seed)
+        got = run_module(candidate, inputs, what, seed=seed)
+        try:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol * _magnitude(want))
+        except AssertionError as exc:
+            detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise CheckFailed(
+                f"{what} does not compute what the original does on inputs of shape {_shapes(inputs)}: {detail}"
+                + (f" Hint: {hint}" if hint else "")
+                + (before_after(*graphs) if graphs else "")
+            ) from None
+
+
+def describe_difference(got, want) -> str | None:
+    """None when `got` is bit for bit `want` (NaN equals NaN; -0.0 differs from +0.0), else a sentence."""
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+        return None if type(got) is type(want) and got == want else f"got {got!r}, expected {want!r}"
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return (f"the original returns shape {tuple(want.shape)} dtype {want.dtype}, the rewritten module "
+                f"shape {tuple(got.shape)} dtype {got.dtype}")
+    got, want = got.detach().cpu(), want.detach().cpu()
+    same = got == want
+    if want.is_floating_point():
+        both_nan = got.isnan() & want.isnan()
+        same = (same & (got.signbit() == want.signbit())) | both_nan
+    if bool(same.all()):
+        return None
+    where = tuple(int(i) for i in (~same).nonzero()[0])
+    g, w = got[where].item(), want[where].item()
+    sign = " (the same value with the other sign bit: IEEE -0.0 vs +0.0)" if g == w else ""
+    return (f"at index {where} the original gives {w!r}, the rewritten module {g!r}{sign}; "
+            f"{int((~same).sum())} of {same.numel()} elements differ")
+
+
+def assert_bit_identical(expected: Callable, candidate: Callable, inputs_list: list[tuple], *, what: str,
+                         hint: str = "", graphs: tuple | None = None) -> None:
+    """Every output bit for bit, call after call, the generator reseeded before each call (so a frozen
+    random draw or a frozen buffer shows on the second call), each side on private copies of the inputs."""
+    for call, inputs in enumerate(inputs_list, 1):
+        want = run_module(expected, cloned(inputs), "the original model", seed=call)
+        got = run_module(candidate, cloned(inputs), what, seed=call)
+        (want_leaves, want_spec), (got_leaves, got_spec) = tree_flatten(want), tree_flatten(got)
+        problem = f"it returns {got_spec}, the original {want_spec}" if got_spec != want_spec else next(
+            (f"output {i}: {d}" for i, (g, w) in enumerate(zip(got_leaves, want_leaves))
+             if (d := describe_difference(g, w))), None)
+        if problem:
+            raise CheckFailed(
+                f"{what} is not bit-identical to the original on call {call} of {len(inputs_list)} (inputs of "
+                f"shape {_shapes(inputs)}): {problem}." + (f" Hint: {hint}" if hint else "")
+                + (before_after(*graphs) if graphs else ""))

@@ -1,0 +1,223 @@
+"""Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count."""
+from __future__ import annotations
+
+import math
+import statistics
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+from torch.utils import benchmark  # quiet: see graders/__init__.py
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from graders.run.session import CheckFailed
+from graders.run.numerics import assert_same_outputs
+
+
+# A speedup this far above what the kata asks for, and above what the bytes saved allow, comes from
+# skipping work (cached outputs, a slowed-down baseline), not from a rewrite. The references reach at
+# most 1.7x the threshold (kata READMEs), so an honest pass has a wide margin below the ceiling.
+IMPLAUSIBLE_OVER_THRESHOLD = 4.0
+IMPLAUSIBLE_OVER_IDEAL = 2.0
+IMPLAUSIBLE_ALWAYS = 10.0  # whatever the bytes say: a candidate that writes nothing has an infinite "ideal"
+
+
+@dataclass(frozen=True)
+class Speedup:
+    median: float       # median over rounds of baseline_time / candidate_time, each its best block
+    low: float          # the worst round
+    high: float         # the best round
+    baseline_ms: float
+    candidate_ms: float
+    rounds: int
+
+    def __str__(self) -> str:
+        return (f"{self.median:.2f}x (rounds {self.low:.2f}x-{self.high:.2f}x; "
+                f"baseline {self.baseline_ms:.2f} ms, candidate {self.candidate_ms:.2f} ms)")
+
+
+# Where wall-clock readings decide a verdict, grading that shares the machine with other work (the project's
+# own tests, on every core) can have the reading run alone: it registers how with run_alone_with, and
+# every timed stretch runs inside alone().
+_alone_section: Callable[[], ContextManager] | None = None
+
+
+def run_alone_with(section: Callable[[], ContextManager] | None) -> Callable[[], ContextManager] | None:
+    """From now on every timed stretch runs inside `section()` (None: as it comes); returns the one before."""
+    global _alone_section
+    previous, _alone_section = _alone_section, section
+    return previous
+
+
+@contextmanager
+def alone():
+    """The timed stretch inside: wall-clock readings that decide a verdict (see run_alone_with)."""
+    with _alone_section() if _alone_section else nullcontext():
+        yield
+
+
+# Sequential stopping: after MIN_ROUNDS, timing stops as soon as every round so far lies clearly on one
+# side of each bound of the verdict (a clear 3x pass or a clear 1.0x no-op needs 3 rounds instead of 7);
+# a reading near a bound still gets all rounds and the median over them.
+MIN_ROUNDS, MAX_ROUNDS, CLEAR_MARGIN = 3, 7, 0.05
+
+
+def clear_verdict(ratios: list[float], accept: tuple[float, float] | None) -> bool:
+    """Every round so far is clearly inside `accept` (the speedups that pass), or clearly outside it on
+    one side: CLEAR_MARGIN away from both bounds in either case."""
+    if accept is None or len(ratios) < MIN_ROUNDS:
+        return False
+    low, high = accept
+    lowest, highest = min(ratios), max(ratios)
+    inside = lowest >= low * (1 + CLEAR_MARGIN) and highest <= high * (1 - CLEAR_MARGIN)
+    below, above = highest <= low * (1 - CLEAR_MARGIN), lowest >= high * (1 + CLEAR_MARGIN)
+    return inside or below or above
+
+
+class _Timer(benchmark.Timer):
+    """torch.utils.benchmark.Timer whose blocked_autorange estimates the block size (calls per block) once, in
+    the first round: estimating runs blocks of 1, 10, 100, ... calls, which every later round would pay again
+    (another call of a slow model, or a tenth more of a fast one's blocks)."""
+
+    _number: int | None = None
+
+    def _estimate_block_size(self, min_run_time: float) -> int:
+        if self._number is None:
+            self._number = super()._estimate_block_size(min_run_time)
+        return self._number
+
+
+def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, threads: int = 1,
+                    rounds: int = MAX_ROUNDS, min_run_time: float = 0.2,
+                    accept: tuple[float, float] | None = None) -> Speedup:
+    """Time baseline and candidate in alternating order, round by round, and take the median ratio.
+
+    Interleaving makes both see the same machine state (frequency, cache, other load), so the ratio
+    is steady even when absolute times drift. Within a round each side counts its fastest block:
+    other jobs only ever add time, so the best block is the steadiest estimate of the code's own cost
+    (on a 2-core VM a no-op read 1.00x-1.07x with block medians, 1.00x-1.02x with the best).
+    Given the range of speedups the verdict `accept`s ((threshold, inf) for a speed level), timing
+    stops early once the verdict is clear (clear_verdict).
+    """
+    def timer(fn):
+        return _Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
+
+    base_timer, cand_timer = timer(baseline), timer(candidate)
+    with torch.no_grad(), alone():
+        baseline(*inputs), candidate(*inputs)  # warm-up: allocator, lazy initialisation
+        ratios, base_times, cand_times = [], [], []
+        for round_index in range(rounds):
+            order = (base_timer, cand_timer) if round_index % 2 == 0 else (cand_timer, base_timer)
+            times = {id(t): min(t.blocked_autorange(min_run_time=min_run_time).times) for t in order}
+            base_times.append(times[id(base_timer)])
+            cand_times.append(times[id(cand_timer)])
+            ratios.append(base_times[-1] / cand_times[-1])
+            if clear_verdict(ratios, accept):
+                break
+    return Speedup(statistics.median(ratios), min(ratios), max(ratios),
+                   statistics.median(base_times) * 1e3, statistics.median(cand_times) * 1e3, len(ratios))
+
+
+@dataclass(frozen=True)
+class Cost:
+    aten_ops: int
+    bytes_written: int  # bytes of every fresh (non-view) tensor the ops produced
+
+
+class _CostCounter(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled. Left True, torch wraps __torch_dispatch__ in torch._disable_dynamo, whose
+        # first call imports torch._dynamo (sympy, inductor): 4-5 s in every fresh grading process.
+        return False
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(out)
+                          if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs)
+        return out
+
+
+def count_cost(model: Callable, inputs: tuple) -> Cost:
+    """aten ops executed and bytes they wrote: the same on every machine, unlike a time."""
+    counter = _CostCounter()
+    with torch.no_grad(), counter:
+        model(*inputs)
+    return Cost(counter.ops, counter.bytes)
+
+
+def cost_figures(before: Cost, after: Cost) -> dict:
+    return {
+        "aten_ops_before": before.aten_ops, "aten_ops_after": after.aten_ops,
+        "bytes_written_before": before.bytes_written, "bytes_written_after": after.bytes_written,
+        # What a memory-bound pass could at best gain from writing fewer bytes.
+        "ideal_speedup_from_bytes": round(before.bytes_written / max(after.bytes_written, 1), 3),
+    }
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n:.0f} bytes"
+
+
+def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Callable[[], tuple],
+                   thresholds: dict[str, float], *, what: str, hint: str,
+                   max_bytes_fraction: float | None = None) -> dict:
+    """The L3 verdict: the candidate must beat the traced original by the kata's threshold on this device.
+
+    `max_bytes_fraction`, for katas whose gain is fresh tensors not written, also caps the bytes the
+    candidate writes per call at that fraction of the original's. The count is exact, so the lesson is
+    graded even when allocation costs swing (page faults in a VM), and the time threshold can sit low
+    enough that the reference never fails it. Outputs are compared again on fresh inputs after timing,
+    so a candidate that returns cached results cannot pass.
+    """
+    threshold = thresholds[ctx.device.type]
+    inputs = make_inputs()
+    costs = cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs))
+    if max_bytes_fraction is not None:
+        costs["max_bytes_fraction"] = max_bytes_fraction
+        before, after = costs["bytes_written_before"], costs["bytes_written_after"]
+        if after > max_bytes_fraction * before:
+            raise CheckFailed(
+                f"{what} writes {_megabytes(after)} of fresh tensors per call, the traced original "
+                f"{_megabytes(before)}; this level allows at most {max_bytes_fraction:.0%} of the original's "
+                f"({_megabytes(max_bytes_fraction * before)}), counted exactly, not timed. Hint: {hint}",
+                {**costs, "device": ctx.device.type},
+            )
+    speed = measure_speedup(baseline, candidate, inputs, threads=ctx.threads, accept=(threshold, math.inf))
+    figures = {
+        "speedup": round(speed.median, 3), "speedup_low": round(speed.low, 3), "speedup_high": round(speed.high, 3),
+        "threshold": threshold, "rounds": speed.rounds, "baseline_ms": round(speed.baseline_ms, 3), "candidate_ms": round(speed.candidate_ms, 3),
+        "device": ctx.device.type, "threads": ctx.threads, **costs,
+    }
+    # A candidate that remembers outputs by tensor identity or address looks fast in the timing loop,
+    # which reuses one input; new values in the same storage and fresh tensors both expose it.
+    with torch.no_grad():
+        for timed, fresh in zip(tree_leaves(inputs), tree_leaves(make_inputs())):
+            if isinstance(timed, torch.Tensor) and timed.is_floating_point():
+                timed.copy_(fresh)
+    assert_same_outputs(baseline, candidate, [inputs, make_inputs(), make_inputs()], what=what)
+    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_IDEAL * figures["ideal_speedup_from_bytes"]),
+                  IMPLAUSIBLE_ALWAYS * threshold)
+    if speed.median > ceiling:
+        raise CheckFailed(
+            f"{what} is {speed} against the traced original: implausible for this kata (more than {ceiling:.1f}x, "
+            f"set by the required speedup and the ideal from bytes written). The result is flagged for the "
+            f"organiser, not ranked; if your pass is honest, run it again and report it.",
+            {**figures, "disqualified": True},
+        )
+    if speed.median < threshold:
+        raise CheckFailed(
+            f"{what} is {speed} against the traced original; this level needs at least {threshold:.2f}x "
+            f"on {ctx.device.type}. Hint: {hint}",
+            figures,
+        )
+    return figures
