@@ -7,7 +7,9 @@ import sys
 import pytest
 import torch
 
-from graders.run.session import CheckFailed, GradingSession, load_grader
+from graders.frame.catalogue import load_grader
+from graders.frame.levels import CheckFailed
+from graders.run.session import GradingSession
 from graders.frame.catalogue import REPO_ROOT
 from graders.run.timing import count_cost
 

@@ -12,6 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.isolation import records as R
+from graders.isolation.records import encode
+from graders.isolation.records import decode
 from graders.isolation.records import RecordError, rebuild, record
 
 
@@ -212,11 +214,11 @@ def test_the_worker_refuses_library_targets_off_the_allow_list(target, args, nam
 
 def crafted_tree(edit, gm=None) -> bytes:
     """A record of `gm` (the MLP) after `edit(tree, blob)`: what a hostile worker could send."""
-    blob = R._load(record(gm if gm is not None else fx.symbolic_trace(MLP())))
+    blob = decode._load(record(gm if gm is not None else fx.symbolic_trace(MLP())))
     tree = json.loads(blob["tree"])
     edit(tree, blob)
     blob["tree"] = json.dumps(tree)
-    return R._save(blob)
+    return encode._save(blob)
 
 
 def crafted(edit) -> bytes:
@@ -328,7 +330,7 @@ def test_literal_arguments_survive_exactly():
         v for v in literals if isinstance(v, (torch.dtype, torch.device, torch.memory_format, torch.layout)))
     # fx's Node holds a torch.Size as a plain tuple; the encoding keeps one all the same.
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    size = R._decode(R._encode(torch.Size([2, -1]), output, None), {}, [], "test")
+    size = decode._decode(encode._encode(torch.Size([2, -1]), output, None), {}, [], "test")
     assert type(size) is torch.Size and size == (2, -1)
 
 
@@ -372,7 +374,7 @@ class Evil:
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the plain pickle.dumps blob
 def test_a_blob_with_a_pickled_callable_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "ran"
-    data = R._save({"format": R.FORMAT, "tree": json.dumps({}), "modules": [Evil(marker)], "tensors": []})
+    data = encode._save({"format": R.FORMAT, "tree": json.dumps({}), "modules": [Evil(marker)], "tensors": []})
     for blob in (data, pickle.dumps({"format": R.FORMAT, "evil": Evil(marker)})):
         with pytest.raises(RecordError, match=r"does not load with torch\.load\(weights_only=True\)"):
             rebuild(blob)

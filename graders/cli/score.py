@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from graders.run.session import LEVELS, CheckResult, level_points, resolve_seed
+from graders.frame.levels import LEVELS, CheckResult, level_points, resolve_seed
 from graders.frame.catalogue import KATAS, REPO_ROOT, is_available
 from graders.learner.progress import is_complete, next_hint, progress_line, remember
 from graders.competition.leaderboard import SCHEMA, geomean_speedup, locked, ranking_key, regenerate, store_run

@@ -19,7 +19,8 @@ from types import ModuleType
 
 from graders.frame.catalogue import REPO_ROOT, grader_module_name
 from graders.frame.mutant import Mutant
-from graders.run.session import CheckResult, grade
+from graders.frame.levels import CheckResult
+from graders.run.session import grade
 
 
 def kata_mutants(kata: str) -> ModuleType | None:

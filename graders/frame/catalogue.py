@@ -52,7 +52,7 @@ def available_katas() -> list[str]:
 
 
 def load_grader(kata: str):
-    """The kata's grader: a `graders.run.session.Kata` declared in graders/katas/kata_<name>/__init__.py."""
+    """The kata's grader: a `graders.frame.kata.Kata` declared in graders/katas/kata_<name>/__init__.py."""
     if kata not in KATAS:
         raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}")
     return importlib.import_module(grader_module_name(kata)).KATA

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from tabulate import tabulate
 
-from graders.run.session import LEVELS, GradingSession, level_points, resolve_seed
+from graders.frame.levels import LEVELS, level_points, resolve_seed
+from graders.run.session import GradingSession
 from graders.isolation.guard import Guard
 from graders.frame.catalogue import load_grader
 

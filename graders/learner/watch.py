@@ -13,7 +13,6 @@ never the watcher.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import queue
 import sys
 import termios
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from watchfiles import watch
 
-from graders.run.session import LEVELS, CheckResult
+from graders.frame.levels import LEVELS, CheckResult
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.learner.progress import first_unfinished, is_complete, known_progress, next_hint, progress_line, remember
 from graders.cli.score import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas, summarise

@@ -27,7 +27,10 @@ from graders.run.numerics import (
     run_module,
     seeded,
 )
-from graders.run.session import Called, CheckFailed, Context, Kata, describe_exception
+from graders.frame.kata import Kata
+from graders.frame.levels import CheckFailed
+from graders.frame.solution import Called, describe_exception
+from graders.run.context import Context
 from graders.run.structure import call_module_nodes, graph_table
 from graders.run.timing import alone, measure_speedup
 

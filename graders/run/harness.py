@@ -5,7 +5,11 @@ names the learner's function, what it returns and the kata's own structure verdi
 only place a learner's pass runs on a graded model: device placement, the pristine copy, the trace, the
 call (`Context.call`), lint and stale-code check. `check` adds the verdict and the comparison against
 the pristine copy. Kata-particular checks (kata 03's weight formula, kata 10's harness tests) stay
-ordinary functions registered with `Kata.check`.
+ordinary functions registered with `Kata.check`. `execute` runs one check: a declaration of the frame
+(graders/frame/kata.py, `Declared`) through `check` or `speed`, or the kata's own function.
+
+May import: graders.frame, and of graders.run the check's context and the measurements (numerics,
+structure, timing); the session that drives it is above it.
 """
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
-from graders.run.session import CheckFailed, Context
+from graders.frame.kata import Check, Declared
+from graders.frame.levels import CheckFailed
+from graders.run.context import Context
 from graders.run.numerics import ATOL, RTOL, assert_bit_identical, assert_same_outputs
 from graders.run.structure import assert_valid_graph_module, before_after
 from graders.run.timing import assert_speedup
@@ -217,3 +223,18 @@ def speed(ctx: Context, case: Case, via: Pass, *, what: str, hint: str, verdict:
 def hidden_rng(ctx: Context) -> random.Random:
     """The hidden-model generator's randomness: drawn from the check's seed, so the grading seed decides."""
     return random.Random(ctx.seed)
+
+
+def execute(graded: Check, ctx: Context) -> dict | None:
+    """Run one check: a declaration as the frame recorded it, or the kata's own check function."""
+    declared = graded.run
+    if not isinstance(declared, Declared):
+        return declared(ctx)
+    if declared.kind == "case":
+        return check(ctx, declared.case, declared.via)
+    if declared.kind == "hidden":
+        generated = declared.generator(hidden_rng(ctx))
+        return declared.grade(ctx, generated) if declared.grade else check(ctx, generated, declared.via)
+    if declared.kind == "speed":
+        return speed(ctx, declared.case, declared.via, **declared.options)
+    raise ValueError(f"{graded.kata}: unknown declaration {declared.kind!r} of check {graded.test_id}")

@@ -7,7 +7,8 @@ from typing import Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
-from graders.run.session import CheckFailed, describe_exception
+from graders.frame.levels import CheckFailed
+from graders.frame.solution import describe_exception
 from graders.run.structure import before_after
 
 # fp32 tolerances. A rewrite that reassociates arithmetic (folding a scale into a weight) moves results

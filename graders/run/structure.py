@@ -6,7 +6,7 @@ import io
 
 import torch.fx as fx
 
-from graders.run.session import CheckFailed
+from graders.frame.levels import CheckFailed
 
 
 def call_module_nodes(gm: fx.GraphModule, module_type: type) -> list[fx.Node]:

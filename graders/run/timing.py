@@ -12,7 +12,7 @@ from torch.utils import benchmark  # quiet: see graders/__init__.py
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from graders.run.session import CheckFailed
+from graders.frame.levels import CheckFailed
 from graders.run.numerics import assert_same_outputs
 
 

@@ -1,0 +1,197 @@
+"""Records, the rules both sides keep: the formats, the classes that travel whole, the allow-list of call
+targets and the judge's checks of one recorded node. The worker runs the same checks early
+(graders/isolation/records/encode.py), so that a learner reads the same sentence before a competition does.
+
+May import: the standard library and torch.
+"""
+from __future__ import annotations
+
+import functools
+import keyword
+import math
+import operator
+import re
+import sys
+import types
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+FORMAT = "fx-katas graph record 1"
+
+
+class RecordError(Exception):
+    """A GraphModule that cannot travel as a record, or a record that the judge refuses."""
+
+
+# torch.nn classes whose instances travel whole (torch.save / torch.load(weights_only=True)): their
+# forward is torch's own code. Matched by exact type: a subclass may override forward.
+SAFE_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Module, nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Identity, nn.Flatten, nn.Unflatten,
+    nn.Linear, nn.Bilinear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
+    nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+    nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm,
+    nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d, nn.Embedding,
+    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
+    nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh, nn.Sigmoid, nn.LogSigmoid, nn.Tanh, nn.Softplus,
+    nn.Softmax, nn.LogSoftmax,
+    nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
+)
+# Plain containers: rebuilt empty and refilled when a child cannot travel whole (it was traced).
+CONTAINERS = {cls.__name__: cls for cls in (nn.Module, nn.Sequential, nn.ModuleList, nn.ModuleDict)}
+
+# Overridable, yet no plain tensor operation: they take Python callables (apply_, map_, hooks), reach
+# storage, shared memory, numpy, DLPack or the autograd engine, or are pickling entry points.
+DENIED = {f"torch.Tensor.{name}" for name in (
+    "apply_", "map_", "map2_", "register_hook", "register_post_accumulate_grad_hook", "module_load",
+    "backward", "storage", "untyped_storage", "storage_type", "share_memory_", "numpy",
+    "__array__", "__array_wrap__", "__dlpack__", "__dlpack_device__",
+    "__reduce_ex__", "__setstate__", "__deepcopy__")} | {
+    "operator.call",                                               # calls anything
+    "torch.from_file", "torch.frombuffer", "torch.from_numpy"}     # files and foreign memory
+
+# builtins.getattr reads only a tensor's public data attributes (x.shape, x.dtype, ...): reaching
+# __class__, __globals__ or a bound method would reopen everything the allow-list closes.
+TENSOR_ATTRIBUTES = frozenset(
+    name for name in dir(torch.Tensor)
+    if not name.startswith("_") and not callable(getattr(torch.Tensor, name, None))) - {"grad_fn"}
+
+# Functions from these packages are library code: on the allow-list or refused, never traced as helpers.
+LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}
+
+OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+PATH = re.compile(r"[A-Za-z_]\w*|\d+")                            # one step of a dotted module path
+PLACEHOLDER = re.compile(r"\*{0,2}[A-Za-z_]\w*")                  # `x`, `*args`, `**kwargs`
+QUALNAME_PART = re.compile(r"[A-Za-z_]\w*|<locals>|<lambda>")
+# Attribute names a record may not install: nn.Module's and GraphModule's own machinery.
+RESERVED = frozenset(dir(fx.GraphModule)) | frozenset(vars(nn.Module()))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The allow-list of call targets.
+
+@functools.cache
+def _allow_list() -> dict[str, Callable]:
+    """{qualified name: function}: what torch.overrides covers in public torch namespaces (torch
+    functions, torch.nn.functional, Tensor methods, linalg/fft/special), torch's other ATen functions,
+    operator, math and builtins.getattr; less DENIED."""
+    overridable = set()
+    for function in torch.overrides.get_testing_overrides():
+        try:
+            overridable.add(function)
+        except TypeError:
+            pass
+    allowed: dict[str, Callable] = {}
+    namespaces = [("torch", torch), ("torch.nn.functional", F), ("torch.Tensor", torch.Tensor),
+                  ("torch.linalg", torch.linalg), ("torch.fft", torch.fft), ("torch.special", torch.special)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some torch attributes warn when read
+        for prefix, namespace in namespaces:
+            for name in dir(namespace):
+                dunder = prefix == "torch.Tensor" and name.startswith("__") and name.endswith("__")
+                if name.startswith("_") and not dunder:
+                    continue  # private: torch._C, torch._foreach_*, Tensor._indices ...
+                function = getattr(namespace, name, None)
+                try:
+                    if function in overridable:
+                        allowed.setdefault(f"{prefix}.{name}", function)
+                except TypeError:
+                    pass
+        # torch's ATen functions that torch.overrides leaves out: factories (torch.zeros, torch.arange),
+        # random ones (torch.rand_like) and in-place forms (torch.relu_). Tensor operations all the same.
+        for name in dir(torch):
+            function = getattr(torch, name, None)
+            if (not name.startswith("_") and isinstance(function, types.BuiltinFunctionType)
+                    and function.__qualname__.startswith("_VariableFunctionsClass.")):
+                allowed.setdefault(f"torch.{name}", function)
+    allowed["torch._assert"] = torch._assert  # what fx records for an assert: it raises, nothing else
+    for prefix, namespace in (("operator", operator), ("math", math)):
+        for name in dir(namespace):
+            function = getattr(namespace, name)
+            if not name.startswith("_") and isinstance(function, types.BuiltinFunctionType):
+                allowed[f"{prefix}.{name}"] = function
+    allowed["builtins.getattr"] = getattr
+    return {name: function for name, function in allowed.items() if name not in DENIED}
+
+
+@functools.cache
+def _names() -> dict[Any, str]:
+    """{function: its name on the allow-list}: the first name wins (torch.conv2d is F.conv2d)."""
+    names: dict[Any, str] = {}
+    for name, function in _allow_list().items():
+        names.setdefault(function, name)
+    return names
+
+
+def allowed_function(qualified_name: str) -> Callable | None:
+    """The function a call_function target names, or None when the judge must refuse it."""
+    return _allow_list().get(qualified_name)
+
+
+def allowed_method(name: str) -> bool:
+    """May a call_method node call this method (a Tensor method on the allow-list)?"""
+    return f"torch.Tensor.{name}" in _allow_list()
+
+
+def target_name(function: Callable) -> str:
+    """The name a record gives a call_function target: its allow-list name ("torch.relu",
+    "torch.nn.functional.relu", "operator.add", "math.sqrt", "builtins.getattr"), else module.qualname."""
+    try:
+        name = _names().get(function)
+    except TypeError:  # unhashable
+        name = None
+    if name is not None:
+        return name
+    module, qualname = getattr(function, "__module__", None), getattr(function, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}.{qualname}"
+    raise RecordError(f"the call target {function!r} has no qualified name; a call_function target must "
+                      "be a function")
+
+
+VALUES_FORMAT = "fx-katas values record 1"
+
+
+def travels_whole(module: nn.Module) -> bool:
+    return all(type(m) in SAFE_MODULES for m in module.modules())
+
+
+def located(path: str) -> str:
+    return f"in module {path}, " if path else ""
+
+
+def check_node(op: str, name: str, target, args: list, helpers: set, where: str) -> None:
+    """The judge's rules for one node (on recorded data: names, not objects)."""
+    node = f"{where}node {name!r} ({op})"
+    if op not in OPS or not isinstance(target, str):
+        raise RecordError(f"{node} has an unknown op or target: {op!r}, {target!r:.80}")
+    if op == "call_function" and target not in helpers:
+        if allowed_function(target) is None:
+            raise RecordError(
+                f"{node} calls {target}, which is not an allowed tensor operation: the judge runs only torch "
+                "functions, torch.nn.functional, Tensor methods, operator, math and builtins.getattr. A helper "
+                "function of your own is traced by torch.fx, or must be inlined into the graph.")
+        if target == "builtins.getattr" and not (len(args) in (2, 3) and isinstance(args[1], str)
+                                                    and args[1] in TENSOR_ATTRIBUTES):
+            raise RecordError(f"{node} reads attribute {args[1:2]!r} with getattr; only a tensor's public "
+                              "data attributes (shape, dtype, device, ...) may be read")
+    elif op == "call_method" and not allowed_method(target):
+        raise RecordError(f"{node} calls method {target!r}, which is not an allowed Tensor method")
+    elif op in ("call_module", "get_attr") and not all(PATH.fullmatch(p) for p in target.split(".")):
+        raise RecordError(f"{node} names {target!r:.80}, which is not a dotted attribute path")
+    elif op == "placeholder" and not (PLACEHOLDER.fullmatch(target)
+                                      and not keyword.iskeyword(target.lstrip("*"))):
+        raise RecordError(f"{node} has the argument name {target!r:.80}, which is not a Python identifier")
+    elif op == "output" and target != "output":
+        raise RecordError(f"{node} has target {target!r:.80}; an output node's target is 'output'")
+
+
+def check_graph(graph: dict, helpers: set, where: str) -> None:
+    for n in graph["nodes"]:
+        check_node(n["op"], n["name"], n["target"], n["args"], helpers, where)

