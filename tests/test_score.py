@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from graders.frame.catalogue import REPO_ROOT
-from graders.competition.leaderboard import SCHEMA, load_runs, locked, regenerate, render, store_run
+from graders.competition.leaderboard import regenerate, render
+from graders.competition.store import SCHEMA, load_runs, locked, store_run
 
 KATA = "03_conv_bn"
 

@@ -26,7 +26,8 @@ from watchfiles import watch
 from graders.frame.levels import LEVELS, CheckResult
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.learner.progress import first_unfinished, is_complete, known_progress, next_hint, progress_line, remember
-from graders.cli.score import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas, summarise
+from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
+from graders.batch.summary import summarise
 
 WIDTH = 80
 CLEAR = "\033[2J\033[H"

@@ -1,0 +1,190 @@
+"""Katas of one tree graded in pytest subprocesses: each process grades kata after kata (--claims shares
+them out), writes a progress line per check and its check records at the end; a kata whose process
+crashed, hung or was tampered with is reported so that the caller can grade it again alone.
+
+May import: graders.frame, graders.batch.summary.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from graders.batch.summary import failed_grading
+from graders.frame.catalogue import REPO_ROOT
+from graders.frame.levels import CheckResult
+
+# The levels of a correctness phase and of a speed phase (--levels of the pytest plugin).
+CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
+
+
+def memory_cap(gigabytes: float):
+    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine."""
+    limit = int(gigabytes * 2**30)
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+class Progress:
+    """Follows a grading process through its --progress file: which kata it grades now, since when, and
+    the points of each kata so far."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+        self.current: str | None = None
+        self.since = time.monotonic()
+        self.points: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def read(self) -> list[str]:
+        """Take in the new lines; the katas that are finished (the process has moved past them)."""
+        if not self.path.exists():
+            return []
+        with open(self.path) as progress:
+            progress.seek(self.offset)
+            lines = progress.readlines()
+        complete = [line for line in lines if line.endswith("\n")]  # a line still being written waits
+        self.offset += sum(len(line.encode()) for line in complete)
+        finished = []
+        for line in complete:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            kata = event.get("kata")
+            if "started" in event and kata != self.current:
+                if self.current is not None:
+                    finished.append(self.current)
+                    self.seconds[self.current] = time.monotonic() - self.since
+                self.current, self.since = kata, time.monotonic()
+            if "ended" in event:
+                self.points[kata] = event.get("points", 0.0)
+        return finished
+
+    def end(self) -> list[str]:
+        """The process is gone: its last kata is finished too."""
+        finished = self.read()
+        if self.current is not None:
+            self.seconds[self.current] = time.monotonic() - self.since
+            finished.append(self.current)
+            self.current = None
+        return finished
+
+
+@dataclass
+class GradingProcess:
+    """One pytest subprocess of a run_katas call, and its files."""
+
+    process: subprocess.Popen
+    progress: Progress
+    results: Path
+    output: Path
+    stopped: str | None = None  # the kata it hung on, when it was killed for that
+
+    def records(self) -> dict[str, list[CheckResult]]:
+        """The check records it wrote, by kata (none when it was killed or crashed)."""
+        data = json.loads(self.results.read_text()) if self.results.exists() else {"results": []}
+        graded: dict[str, list[CheckResult]] = {}
+        for record in data["results"]:
+            graded.setdefault(record["kata"], []).append(CheckResult.from_dict(record))
+        return graded
+
+    def vouches(self) -> bool:
+        """Whether its records speak for every kata it claimed. Not when it crashed or was stopped (a
+        kata it had claimed may never have been graded) or when the runtime guard found tampering,
+        which fails every later check in that process, whichever kata it belongs to."""
+        if self.stopped or self.process.returncode not in (0, 1) or not self.results.exists():
+            return False
+        return not json.loads(self.results.read_text()).get("tampering")
+
+    def last_words(self) -> str:
+        tail = self.output.read_text(errors="replace").strip().splitlines() if self.output.exists() else []
+        return tail[-1] if tail else "no output"
+
+
+def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int, levels: str | None,
+              processes: int = 1, report=lambda kata, points, seconds: None) -> tuple[dict[str, list[CheckResult] | dict], list[str]]:
+    """Grade `katas` of `tree` at `levels` in `processes` pytest subprocesses at once, which share them
+    out (--claims: each takes the next kata no other has taken, so none idles behind a long kata).
+
+    Returns each kata's check records, or a failed_grading dict (it hung or its process crashed), and
+    the katas whose grading a process could not vouch for (see GradingProcess.vouches): grade them
+    again, alone. `report(kata, points, seconds)` is called as each kata finishes.
+
+    The seed travels in a file the plugin deletes before any solution code runs, never in argv or the
+    environment, so a solution cannot read the hidden models' seed. Each kata may take --kata-timeout
+    seconds; a process's --progress file says which kata it is on."""
+    test_files = [str(REPO_ROOT / "katas" / kata / f"test_{kata}.py") for kata in katas]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "claims").mkdir()
+        options = ["-q", "-p", "no:cacheprovider", "--solutions", str(tree.resolve()), "--device", args.device,
+                   "--threads", str(args.threads), "--claims", str(tmp / "claims")]
+        options += ["--no-speed"] if args.no_speed else []
+        options += ["--isolate"] if args.isolate else []
+        options += ["--levels", levels] if levels else []
+        running, env = [], dict(os.environ)
+        if processes > 1 and "OMP_NUM_THREADS" not in env:
+            # Processes that share the cores get a thread pool each as large as their share: a pool as
+            # large as the machine in every one of them spins against the others (the ten references'
+            # correctness levels on 2 cores: 78 s of CPU with full pools, 44 s with one thread each).
+            env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // processes))
+        for n in range(min(processes, len(katas))):
+            seed_file = tmp / f"seed{n}"
+            seed_file.write_text(str(seed))
+            own = ["--seed-file", str(seed_file), "--results-json", str(tmp / f"results{n}.json"),
+                   "--progress", str(tmp / f"progress{n}")]
+            # Every other process claims from the far end (the files' order is the claims' order): two
+            # meet in the middle, so a long kata at either end starts early instead of last.
+            order = test_files if n % 2 == 0 else test_files[::-1]
+            with open(tmp / f"output{n}", "w") as output:
+                process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,
+                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                                           env=env, preexec_fn=memory_cap(args.kata_memory))
+            running.append(GradingProcess(process, Progress(tmp / f"progress{n}"), tmp / f"results{n}.json",
+                                          tmp / f"output{n}"))
+
+        def follow(g: GradingProcess) -> None:
+            for kata in g.progress.read() if g.process.poll() is None else g.progress.end():
+                report(kata, "failed: timed out" if kata == g.stopped else g.progress.points.get(kata, 0.0),
+                       g.progress.seconds[kata])
+
+        try:
+            while any(g.process.poll() is None for g in running):
+                time.sleep(0.5)
+                for g in running:
+                    follow(g)
+                    if g.process.poll() is None and time.monotonic() - g.progress.since > args.kata_timeout:
+                        g.stopped = g.progress.current or katas[0]
+                        os.killpg(g.process.pid, signal.SIGKILL)
+                        g.process.wait()
+        finally:
+            for g in running:
+                if g.process.poll() is None:
+                    os.killpg(g.process.pid, signal.SIGKILL)
+                    g.process.wait()
+        outcomes: dict[str, list[CheckResult] | dict] = {}
+        again: list[str] = []
+        stopped = [g.stopped for g in running if g.stopped]
+        for g in running:
+            follow(g)
+            if g.stopped:
+                outcomes[g.stopped] = failed_grading(
+                    "timed out", f"grading did not finish within {args.kata_timeout:.0f}s; run "
+                                 f"`uv run pytest katas/{g.stopped}` to see which check hangs.")
+            records = g.records()
+            outcomes.update((kata, results) for kata, results in records.items() if kata not in outcomes)
+            if not g.vouches():
+                again += [kata for kata in katas if kata in records or kata in g.progress.seconds]
+        last_words = "; ".join(dict.fromkeys(g.last_words() for g in running))
+    again += [kata for kata in katas if kata not in outcomes]
+    for kata in katas:
+        outcomes.setdefault(kata, failed_grading("crashed", f"grading stopped before any check ran: {last_words}"))
+    return outcomes, [kata for kata in katas if kata in again and kata not in stopped]

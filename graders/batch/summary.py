@@ -1,0 +1,33 @@
+"""A kata's summary from its check records: points per level, the speedup, and the one sentence a table
+shows (full marks, not started, the first failing check, or why it was disqualified).
+
+May import: graders.frame.
+"""
+from __future__ import annotations
+
+from graders.frame.levels import CheckResult, level_points
+
+
+def summarise(kata: str, results: list[CheckResult]) -> dict:
+    points = level_points(results)
+    failures = [r for r in results if not r.passed and not r.skipped]
+    speed = next((r.figures for r in results if r.level == 3 and "speedup" in r.figures), {})
+    disqualified = next((r for r in results if r.disqualified), None)
+    if disqualified:
+        message = f"DISQUALIFIED: {disqualified.test_id}: {disqualified.message.splitlines()[0]}"
+    elif not failures:
+        message = "full marks" if not any(r.skipped for r in results) else "all checks that ran passed"
+    elif all("still the stub" in r.message for r in failures):
+        message = "not started: solution.py is still the stub"
+    else:
+        message = f"{failures[0].test_id}: {failures[0].message.splitlines()[0]}"
+    return {"status": "graded", "points": sum(e for e, _ in points.values()), "max_points": 100.0,
+            "levels": {str(level): list(p) for level, p in points.items()}, "speedup": speed.get("speedup"),
+            "speedup_threshold": speed.get("threshold"), "message": message,
+            "disqualified": disqualified.message.splitlines()[0] if disqualified else None,
+            "checks": [r.to_dict() for r in results]}
+
+
+def failed_grading(status: str, message: str) -> dict:
+    return {"status": status, "points": 0.0, "max_points": 100.0, "levels": {}, "speedup": None,
+            "message": message, "disqualified": None, "checks": []}

@@ -1,0 +1,85 @@
+"""The store of graded runs: one JSON file per run under results/<team>/, validated when read.
+
+Each `score.py --team NAME` run is stored as one JSON file under results/<team>/. LEADERBOARD.md is
+regenerated from all stored runs, never edited by hand. Storing and regenerating happen under one
+file lock, so runs that finish at the same time lose no row.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+SCHEMA = "fx-katas/results/1"
+REQUIRED = {"schema": str, "team": str, "timestamp": str, "seed": int, "device": str, "device_name": str,
+            "torch": str, "solutions_hash": str, "total_points": (int, float), "katas": dict}
+
+
+class InvalidResults(ValueError):
+    pass
+
+
+def validate(run: dict, source: str) -> dict:
+    if not isinstance(run, dict) or run.get("schema") != SCHEMA:
+        raise InvalidResults(f"{source} is not an fx-katas results file (schema {SCHEMA!r} expected).")
+    for key, kind in REQUIRED.items():
+        if not isinstance(run.get(key), kind):
+            raise InvalidResults(f"{source}: field {key!r} is missing or not a {getattr(kind, '__name__', kind)}.")
+    disqualified = run.setdefault("disqualified", [])
+    if not isinstance(disqualified, list) or not all(isinstance(reason, str) for reason in disqualified):
+        raise InvalidResults(f"{source}: field 'disqualified' must be a list of reasons.")
+    for kata, result in run["katas"].items():
+        if not isinstance(result, dict) or not isinstance(result.get("points"), (int, float)):
+            raise InvalidResults(f"{source}: kata {kata!r} has no points.")
+    return run
+
+
+def safe_team_dir(team: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", team).strip("._")
+    if not slug:
+        raise ValueError(f"team name {team!r} has no letters or digits")
+    return slug
+
+
+@contextmanager
+def locked(results_dir: Path):
+    results_dir.mkdir(parents=True, exist_ok=True)
+    with open(results_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def store_run(results_dir: Path, run: dict) -> Path:
+    """Write the run atomically under results/<team>/ (the caller holds the lock)."""
+    validate(run, "the run to store")
+    team_dir = results_dir / safe_team_dir(run["team"])
+    team_dir.mkdir(parents=True, exist_ok=True)
+    stamp = re.sub(r"[^0-9T]", "", run["timestamp"][:19])
+    fd, tmp = tempfile.mkstemp(dir=team_dir, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(run, f, indent=1)
+    os.chmod(tmp, 0o644)
+    path = team_dir / f"{stamp}-{run['solutions_hash'][:8]}-{os.getpid()}.json"
+    os.replace(tmp, path)
+    return path
+
+
+def load_runs(results_dir: Path) -> tuple[list[dict], list[str]]:
+    """All valid stored runs, and one sentence per file that could not be read."""
+    runs, problems = [], []
+    for path in sorted(results_dir.glob("*/*.json")):
+        try:
+            runs.append(validate(json.loads(path.read_text()), str(path)))
+        except (OSError, json.JSONDecodeError) as exc:
+            problems.append(f"{path} could not be read as JSON ({exc}); it was left out of the leaderboard.")
+        except InvalidResults as exc:
+            problems.append(f"{exc} It was left out of the leaderboard.")
+    return runs, problems
