@@ -1,4 +1,7 @@
-"""The dev check (`uv run python -m graders.devcheck`); it lives in graders/dev/devcheck.py."""
+"""The dev check (`uv run python -m graders.devcheck`); it lives in graders/dev/devcheck.py.
+
+May import: graders.dev.
+"""
 import sys
 
 from graders.dev.devcheck import main

@@ -1,5 +1,8 @@
 """The learner's loop: regrade a kata on every save (`uv run graders/watch.py --help`); the loop lives in
-graders/learner/watch.py."""
+graders/learner/watch.py.
+
+May import: graders.learner.
+"""
 import contextlib
 import sys
 

@@ -3,6 +3,8 @@
 Each `score.py --team NAME` run is stored as one JSON file under results/<team>/. LEADERBOARD.md is
 regenerated from all stored runs, never edited by hand. Storing and regenerating happen under one
 file lock, so runs that finish at the same time lose no row.
+
+May import: the standard library.
 """
 from __future__ import annotations
 

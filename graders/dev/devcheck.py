@@ -10,6 +10,8 @@ graders/katas/kata_NN_name), so a half-added kata is reported, not silently skip
 - the README quotes the manifest's thresholds and names every check as the grader has it;
 - every level has at least one mutant that loses points there (the no-op counts for the speed level).
 That the stub scores 0 and the reference 100 is graded by tests/test_katas.py.
+
+May import: graders.frame, graders.dev.mutation (and the kata graders, by name, through the catalogue).
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ The folder holds the grader's declaration (`__init__.py`, a module-level `KATA`)
 hidden-model generator, its mutants (`mutants.py`) and `kata.toml`, the data the grader, score.py and
 the dev check read: title, API, speed thresholds, byte limits and hints. A kata exists once its
 folder has a manifest; tests/test_dev_check.py proves the rest of it is there too.
+
+May import: the standard library (a kata's grader module is imported by name, on request).
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ not help it, and the kata is disqualified rather than scored.
 The guard runs in the process that runs the solution, so a solution that knows about it can undo it;
 the static scan (graders/scan.py) flags the introspection that would take. Names added after the
 snapshot are ignored: torch and the graders import submodules lazily.
+
+May import: the standard library and torch.
 """
 from __future__ import annotations
 

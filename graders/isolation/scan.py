@@ -16,6 +16,8 @@ guard, and introspection is exactly what this scan looks for. It flags:
 
 A finding is a sentence with a line number. The rules are public (the README lists them), so a team
 can scan its tree before submitting: `uv run graders/scan.py DIR`.
+
+May import: the standard library (it never runs what it reads).
 """
 from __future__ import annotations
 

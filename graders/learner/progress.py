@@ -4,6 +4,8 @@ State lives in `.fx-katas/` at the repository root (ignored by git; env FX_KATAS
 per solution tree, and how many hints of each kata were shown. Hints themselves are data in each
 kata's manifest (`graders/katas/kata_<name>/kata.toml`, `[hints]`), progressive and Socratic: a question
 that leads, then a more concrete nudge, never the answer.
+
+May import: graders.frame.
 """
 from __future__ import annotations
 

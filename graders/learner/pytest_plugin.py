@@ -8,6 +8,8 @@ Options: --solutions DIR (or env KATA_SOLUTIONS) grades DIR/<kata>/solution.py i
 beside the test; --seed, --device, --threads and --no-speed as in score.py; --results-json FILE
 writes the check records (score.py reads them), --progress FILE
 follows a run of several katas.
+
+May import: graders.frame, graders.isolation (the guard), graders.run (the session).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ reaches full marks, moves on to the next. Correctness levels are graded first; t
 once they all pass. Keys: h the next hint, n skip to the next kata, r regrade, q or Ctrl-C quit.
 Each grading runs in its own pytest subprocess (as score.py does), so a broken file costs one grading,
 never the watcher.
+
+May import: graders.frame, graders.batch, graders.learner.progress.
 """
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Helpers for building graded models with random names and nesting, and models as data (Program), shared by
-the kata graders."""
+the kata graders.
+
+May import: the standard library and torch.
+"""
 from __future__ import annotations
 
 import keyword

@@ -1,4 +1,7 @@
-"""Numerics: does the rewritten module compute what a pristine copy of the original computes?"""
+"""Numerics: does the rewritten module compute what a pristine copy of the original computes?
+
+May import: graders.frame, graders.run.structure.
+"""
 from __future__ import annotations
 
 import contextlib

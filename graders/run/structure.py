@@ -1,4 +1,7 @@
-"""Structure: what the rewritten graph contains, and whether it is a valid, freshly compiled GraphModule."""
+"""Structure: what the rewritten graph contains, and whether it is a valid, freshly compiled GraphModule.
+
+May import: graders.frame.
+"""
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,7 @@
-"""Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count."""
+"""Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count.
+
+May import: graders.frame, graders.run.numerics.
+"""
 from __future__ import annotations
 
 import math
