@@ -1,4 +1,4 @@
-"""graders/records.py: a GraphModule travels as data and the judge rebuilds it without learner code."""
+"""graders/isolation/records/: a GraphModule travels as data and the judge rebuilds it without learner code."""
 import json
 import math
 import operator

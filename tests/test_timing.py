@@ -1,4 +1,4 @@
-"""The speed level's sequential stopping rule (graders/timing.py), on readings given rather than timed."""
+"""The speed level's sequential stopping rule (graders/run/timing.py), on readings given rather than timed."""
 import math
 from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""Isolated grading (graders/worker.py): the solution runs in a worker, the judge sees data only.
+"""Isolated grading (graders/isolation/worker.py): the solution runs in a worker, the judge sees data only.
 
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.

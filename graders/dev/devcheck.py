@@ -1,6 +1,6 @@
 """The dev check, in rustlings' spirit: every kata is whole and its story is told once.
 
-    uv run python -m graders.dev.devcheck      # prints each problem, exits 1 if there is any
+    uv run python -m graders.devcheck          # prints each problem, exits 1 if there is any
 
 A kata is found wherever any of its three folders exists (katas/NN_name, reference/NN_name,
 graders/katas/kata_NN_name), so a half-added kata is reported, not silently skipped. For each kata:

@@ -8,7 +8,7 @@ grader function (to make the baseline slower or a verdict kinder) is caught even
 not help it, and the kata is disqualified rather than scored.
 
 The guard runs in the process that runs the solution, so a solution that knows about it can undo it;
-the static scan (graders/scan.py) flags the introspection that would take. Names added after the
+the static scan (graders/isolation/scan.py) flags the introspection that would take. Names added after the
 snapshot are ignored: torch and the graders import submodules lazily.
 
 May import: the standard library and torch.

@@ -2,7 +2,7 @@
 
 The scan reads the source with `ast` and never runs it, so the organiser's process can scan an
 untrusted tree safely. It is the second line of defence behind the runtime guard
-(graders/integrity.py): a solution that reaches the grader's objects by introspection could undo the
+(graders/isolation/guard.py): a solution that reaches the grader's objects by introspection could undo the
 guard, and introspection is exactly what this scan looks for. It flags:
 
 - imports that give a graph pass no power over graphs, only over the process that grades it

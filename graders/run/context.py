@@ -41,7 +41,7 @@ class Context:
 
     def invoke(self, function: str, *args, returns: type | tuple[type, ...] | None = None, watch: tuple = ()) -> Called:
         """Call the learner's `function` on `args`; the result, and the arguments and `watch`ed objects as
-        they are after the call. In process they are the very objects; isolated (graders/worker.py), the
+        they are after the call. In process they are the very objects; isolated (graders/isolation/worker.py), the
         call ran in the worker and all three are rebuilt here from the data it sent back."""
         path = self.solution_path
         if self.session.isolate:

@@ -49,7 +49,7 @@ class Case:
     mode: str | None = None                # "eval" or "train": the whole model in that mode; None: as built
     compare: str | Callable | None = "allclose"  # "allclose", "bit_exact", None, or compare(run) -> None
     rng: bool = False                      # the model draws random numbers: both sides run from one RNG state
-    tolerance: tuple[float, float] | None = None  # (rtol, atol) for "allclose"; None: graders/numerics.py's
+    tolerance: tuple[float, float] | None = None  # (rtol, atol) for "allclose"; None: graders/run/numerics.py's
     batch_sizes: tuple[int, ...] = (1, 3)
     samples: int = 2                       # fresh draws per batch size: one sample can hide a bug
     trace: Callable[[nn.Module], fx.GraphModule] = fx.symbolic_trace
@@ -144,7 +144,7 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
 def module_states(model: nn.Module) -> dict[str, tuple[str, dict[str, torch.Tensor]]]:
     """Every module of `model` by path: what it is (class name, configuration, mode) and its own parameters
     and buffers. By name, not by class: after isolated grading the model comes back rebuilt from records
-    (graders/records.py)."""
+    (graders/isolation/records/)."""
     return {path: (f"{type(m).__name__}({m.extra_repr()}){'' if m.training else ' in eval mode'}",
                    {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))})
             for path, m in model.named_modules()}

@@ -53,7 +53,7 @@ class GradingSession:
         self.device = torch.device(device)
         self.threads = threads
         self.speed = speed
-        self.isolate = isolate  # solution code runs in worker processes only (graders/worker.py)
+        self.isolate = isolate  # solution code runs in worker processes only (graders/isolation/worker.py)
         self._workers: dict[str, Any] = {}
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
