@@ -154,7 +154,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
             _write_frame(channel_out, _reply(ok=False, failure="missing"))
             continue
         try:
-            result = fn(*args)
+            result = fn(*args, **request.get("kwargs", {}))
         except NotImplementedError:
             _write_frame(channel_out, _reply(ok=False, failure="stub"))
             continue
@@ -357,12 +357,13 @@ class Worker:
             raise WorkerFailed("the worker process ended before it was asked anything") from None
         return self._receive(deadline, f"{message.get('function') or message.get('name')}")
 
-    def call(self, ctx, function: str, args: tuple, watch: tuple):
+    def call(self, ctx, function: str, args: tuple, watch: tuple, kwargs: dict | None = None):
         """`Context.invoke` for an isolated solution: the call runs in the worker, its outcome is rebuilt here."""
         from graders.isolation import records
         from graders.run.session import Called, CheckFailed
 
-        reply = self._ask(ctx, {"kind": "call", "function": function, "args": args, "watch": watch})
+        reply = self._ask(ctx, {"kind": "call", "function": function, "args": args, "watch": watch,
+                                "kwargs": kwargs or {}})
         if not reply.get("ok"):
             failure, message = reply.get("failure"), str(reply.get("message"))
             if failure == "missing":
