@@ -1,7 +1,10 @@
 """Kata 10 beyond its plain mutants (tests/test_mutants.py): each wrong verifier fails the very check built
 for its blind spot, the kata's nearest thing to a no-op fails only the speed checks it should, and the
 hidden battery's claimed truth holds for the reference on more seeds."""
+import time
+
 import pytest
+import torch
 
 from graders.run.session import GradingSession, grade
 from graders.katas.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_ALWAYS_ONE
@@ -39,3 +42,66 @@ def test_hidden_battery_truth_holds_for_the_reference_verifier(seed):
     """The L4 generator's claimed truth, checked by the reference verifier on more seeds."""
     results = grade(KATA, REPO_ROOT / "reference", seed=seed, levels=(4,))
     assert all(r.passed for r in results), [f"{r.test_id}: {r.message}" for r in results if not r.passed]
+
+
+class LooksLikeCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: the stand-in where no GPU is present."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_reference_timing_synchronizes_cuda_before_each_clock_reading(monkeypatch):
+    """On CUDA a call returns once its kernels are queued; a clock read without torch.cuda.synchronize() times the
+    launches. The reference's timing loop must synchronize after the last timed call and before reading the clock.
+
+    Runs on the CPU: where no GPU is present the inputs are a CPU tensor that reports is_cuda (LooksLikeCuda) and
+    torch.cuda.synchronize is replaced by a recorder; with a GPU, real CUDA tensors and the real synchronize,
+    recorded. Either way a log of model calls, synchronizes and clock readings shows the order."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.spec_from_file_location("reference_10", REPO_ROOT / "reference" / KATA / "solution.py")
+    solution = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solution)
+    log = []
+    real_sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (log.append("sync"), real_sync())[1])
+    clock = solution.time.perf_counter
+    monkeypatch.setattr(solution, "time", types.SimpleNamespace(perf_counter=lambda: (log.append("clock"), clock())[1]))
+    if torch.cuda.is_available():
+        x = torch.randn(4, 8, device="cuda")
+    else:
+        x = torch.randn(4, 8).as_subclass(LooksLikeCuda)
+        assert x.is_cuda and not torch.Tensor.is_cuda.__get__(x)
+
+    def model(name):
+        def run(t):
+            log.append(name)
+            time.sleep(0.002)  # a few calls per 10 ms chunk
+            return t
+        return run
+
+    ratio = solution.time_ratio(model("a"), model("b"), (x,))
+    assert ratio > 0
+    readings = [i for i, e in enumerate(log) if e == "clock"]
+    assert len(readings) >= 2 * 2 * solution.TIMING_ROUNDS  # a start and a stop per chunk
+    for start, stop in zip(readings[::2], readings[1::2]):
+        # Every stop reading: the model calls since the start, then a synchronize, then the clock.
+        assert log[stop - 1] == "sync", f"the clock was read after {log[stop - 1]!r}, not after a synchronize: {log[start:stop + 1]}"
+        # And nothing left queued from before: a synchronize right before every start reading too.
+        assert log[start - 1] == "sync", f"a chunk started timing after {log[start - 1]!r}: {log[max(0, start - 3):start + 1]}"
+
+
+def test_reference_timing_does_not_synchronize_on_the_cpu(monkeypatch):
+    """On CPU tensors there is nothing to synchronize (and torch.cuda.synchronize would raise without a GPU)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reference_10", REPO_ROOT / "reference" / KATA / "solution.py")
+    solution = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solution)
+    called = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: called.append(1))
+    assert solution.time_ratio(lambda t: t, lambda t: t, (torch.randn(2, 3),)) > 0
+    assert not called

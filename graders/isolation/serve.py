@@ -67,7 +67,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
             write_frame(channel_out, _reply(ok=False, failure="missing"))
             continue
         try:
-            result = fn(*args)
+            result = fn(*args, **request.get("kwargs", {}))
         except NotImplementedError:
             write_frame(channel_out, _reply(ok=False, failure="stub"))
             continue

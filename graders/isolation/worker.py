@@ -109,9 +109,10 @@ class Worker:
             raise WorkerFailed("the worker process ended before it was asked anything") from None
         return self._receive(deadline, f"{message.get('function') or message.get('name')}")
 
-    def call(self, ctx, function: str, args: tuple, watch: tuple):
+    def call(self, ctx, function: str, args: tuple, watch: tuple, kwargs: dict | None = None):
         """`Context.invoke` for an isolated solution: the call runs in the worker, its outcome is rebuilt here."""
-        reply = self._ask(ctx, {"kind": "call", "function": function, "args": args, "watch": watch})
+        reply = self._ask(ctx, {"kind": "call", "function": function, "args": args, "watch": watch,
+                                "kwargs": kwargs or {}})
         if not reply.get("ok"):
             failure, message = reply.get("failure"), str(reply.get("message"))
             if failure == "missing":

@@ -39,19 +39,21 @@ class Context:
         """Call the learner's `function`; every way it can go wrong becomes one sentence."""
         return self.invoke(function, *args, returns=returns).result
 
-    def invoke(self, function: str, *args, returns: type | tuple[type, ...] | None = None, watch: tuple = ()) -> Called:
+    def invoke(self, function: str, *args, returns: type | tuple[type, ...] | None = None, watch: tuple = (),
+               kwargs: dict | None = None) -> Called:
         """Call the learner's `function` on `args`; the result, and the arguments and `watch`ed objects as
         they are after the call. In process they are the very objects; isolated (graders/isolation/worker.py), the
-        call ran in the worker and all three are rebuilt here from the data it sent back."""
+        call ran in the worker and all three are rebuilt here from the data it sent back. `kwargs`: keyword
+        arguments (plain data), passed as they are."""
         path = self.solution_path
         if self.session.isolate:
-            called = self.session.worker(self.kata.name).call(self, function, args, watch)
+            called = self.session.worker(self.kata.name).call(self, function, args, watch, kwargs or {})
         else:
             fn = getattr(self.solution, function, None)
             if not callable(fn):
                 raise self.missing(function)
             try:
-                result = fn(*args)
+                result = fn(*args, **(kwargs or {}))
             except NotImplementedError:
                 raise self.stub(function) from None
             except Exception as exc:

@@ -25,14 +25,16 @@ def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_sampl
     # TODO(human): take the copies you compare and time against *before* pass_fn runs (why? README,
     #   "Why the deep copy"), then run pass_fn on fx.symbolic_trace of yet another copy.
     # TODO(human): numerical: example_inputs themselves, then n_samples fresh inputs shaped like them,
-    #   new torch.randn values (negative ones too, whatever the example's range) and varying batch sizes,
-    #   1, the example's and at least one other among them; every output must match in number, shape and
-    #   value (torch.testing.assert_close; torch.allclose broadcasts).
-    # TODO(human): gradient: with a random cotangent, compare gradients w.r.t. every input and every
+    #   new torch.randn values (negative ones too, whatever the example's range) in the example's dtype and
+    #   on its device, and varying batch sizes, 1, the example's and at least one other among them; every
+    #   output must match in number, shape and value (torch.testing.assert_close at the caller's atol and
+    #   rtol; torch.allclose broadcasts).
+    # TODO(human): gradient: with a random cotangent per output (not ones), compare gradients w.r.t. every input and every
     #   parameter the pass left unchanged (torch.autograd.grad, allow_unused=True: None means zero).
     # TODO(human): lint: a GraphModule whose graph lints and whose code was regenerated from it.
     # TODO(human): params: the pass added no parameter elements.
     # TODO(human): speedup: time(traced original) / time(transformed) on example_inputs: warm up,
-    #   one thread, alternate the two round by round (at least 5 rounds), median of the per-round ratios.
+    #   one thread, alternate the two round by round (at least 5 rounds), median of the per-round ratios;
+    #   on CUDA, torch.cuda.synchronize() before each clock reading.
     # TODO(human): any check whose computation raises has failed (False); do it last for speedup (nan).
     raise NotImplementedError("TODO(human): verify_pass")

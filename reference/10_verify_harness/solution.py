@@ -89,23 +89,34 @@ def parameter_count(module) -> int:
     return sum(p.numel() for p in module.parameters())  # parameters() counts a shared tensor once
 
 
+def synchronizer(inputs):
+    """What to call before reading the clock: on CUDA, torch.cuda.synchronize, since a call returns once its
+    kernels are queued, not run (the clock would time the launches); on the CPU, nothing."""
+    return torch.cuda.synchronize if any(t.is_cuda for t in inputs) else (lambda: None)
+
+
 def time_ratio(baseline, candidate, inputs) -> float:
     """Median over interleaved rounds of time(baseline) / time(candidate), single-threaded."""
+    sync = synchronizer(inputs)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
             for _ in range(TIMING_WARMUP):  # allocator, caches, lazy initialisation
                 baseline(*inputs), candidate(*inputs)
+            sync()
             start = time.perf_counter()
             baseline(*inputs)
+            sync()
             # Enough calls per timed chunk that the clock's resolution and one-off hiccups do not matter.
             calls = max(1, int(TIMING_CHUNK_S / max(time.perf_counter() - start, 1e-6)))
 
             def chunk(fn) -> float:
+                sync()  # nothing queued before the chunk is timed with it
                 start = time.perf_counter()
                 for _ in range(calls):
                     fn(*inputs)
+                sync()  # inside the timed region: the chunk ends when its kernels have run
                 return time.perf_counter() - start
 
             ratios = []

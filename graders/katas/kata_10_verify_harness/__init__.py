@@ -26,13 +26,15 @@ def built(ctx: Context, case: Case) -> tuple[torch.nn.Module, tuple]:
     return build(ctx, case), on_device(case.inputs(case.batch_sizes[0]), ctx.device)
 
 
-def verify(ctx: Context, model: torch.nn.Module, pass_fn, inputs: tuple, watch: tuple = ()) -> tuple[dict, float, Called]:
-    """The learner's verify_pass on one model and pass, its report checked for keys and types; with the call
-    (the model and `watch`ed objects as they are afterwards)."""
+def verify(ctx: Context, model: torch.nn.Module, pass_fn, inputs: tuple, watch: tuple = (),
+           tolerances: dict | None = None) -> tuple[dict, float, Called]:
+    """The learner's verify_pass on one model and pass (with the caller's `tolerances`, atol and rtol, where a case
+    sets them), its report checked for keys and types; with the call (the model and `watch`ed objects as they are
+    afterwards)."""
     start = time.perf_counter()
     # A GraphModule whose code raises prints the generated code to stderr before re-raising: noise here.
     with contextlib.redirect_stderr(io.StringIO()):
-        called = ctx.invoke("verify_pass", model, pass_fn, inputs, returns=dict, watch=watch)
+        called = ctx.invoke("verify_pass", model, pass_fn, inputs, returns=dict, watch=watch, kwargs=tolerances)
     report, elapsed = called.result, time.perf_counter() - start
     if missing := [key for key in (*CHECK_KEYS, "speedup") if key not in report]:
         raise CheckFailed(f"verify_pass returned a dict without the key(s) {', '.join(missing)}; it must have "
@@ -50,13 +52,15 @@ def run_case(ctx: Context, name: str, case: Case) -> dict:
     """verify_pass must report the case's truth about its pass, and leave the caller's model as it was."""
     model, inputs = built(ctx, case)
     pristine = copy.deepcopy(model)
-    report, elapsed, called = verify(ctx, model, case.extra["pass"], inputs)
+    tolerances = {key: case.extra[key] for key in ("atol", "rtol") if key in case.extra}
+    report, elapsed, called = verify(ctx, model, case.extra["pass"], inputs, tolerances=tolerances)
     model = called.args[0]  # as verify_pass left it (rebuilt from the worker's record when isolated)
     label = case.extra.get("label") or name
+    called_with = (" called with " + ", ".join(f"{k}={v:g}" for k, v in tolerances.items())) if tolerances else ""
     for key, truth in case.expect.items():
         if report[key] != truth:
-            raise CheckFailed(f"verify_pass said {key}={report[key]} for the pass `{label}`, but {key} is {truth}: "
-                              f"{case.extra['why']}." + (f" Hint: {case.hint}" if case.hint else ""))
+            raise CheckFailed(f"verify_pass{called_with} said {key}={report[key]} for the pass `{label}`, but {key} "
+                              f"is {truth}: {case.extra['why']}." + (f" Hint: {case.hint}" if case.hint else ""))
     if changed := [n for n, t in pristine.state_dict().items() if not torch.equal(t, model.state_dict()[n])]:
         raise CheckFailed(f"after verify_pass ran the pass `{label}`, the model it was given has changed "
                           f"({', '.join(changed)}): run the pass on a deep copy, never on the caller's model.")

@@ -147,7 +147,8 @@ def pads_linear(gm, index=0, multiple=8):
     node = linear_nodes(gm)[index]
     linear = gm.get_submodule(node.target)
     out = linear.out_features
-    padded = nn.Linear(linear.in_features, out + multiple - out % multiple, bias=linear.bias is not None)
+    padded = nn.Linear(linear.in_features, out + multiple - out % multiple, bias=linear.bias is not None,
+                       dtype=linear.weight.dtype, device=linear.weight.device)  # a float64 or CUDA model's too
     with torch.no_grad():
         for new, old in ((padded.weight, linear.weight), (padded.bias, linear.bias)):
             if old is not None:
@@ -157,6 +158,55 @@ def pads_linear(gm, index=0, multiple=8):
         sliced = gm.graph.call_function(operator.getitem, (node, (Ellipsis, slice(None, out))))
     node.replace_all_uses_with(sliced, delete_user_cb=lambda user: user is not sliced)
     return done(gm)
+
+
+def permutes_output_gradient(gm):
+    """The identity on the (first) output going forward; going back, the incoming gradient reversed along its last
+    dimension. A cotangent of ones (the gradient of sum(outputs)) is its own reverse: only a random one sees it."""
+
+    class PermutedBackward(torch.autograd.Function):
+        forward = staticmethod(lambda ctx, t: t.view_as(t))
+        backward = staticmethod(lambda ctx, grad: grad.flip(-1))
+
+    def permuted_backward(t):  # a plain function: the generated code can call it, not PermutedBackward.apply
+        return PermutedBackward.apply(t)
+
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    result = output.args[0]
+    first = result[0] if isinstance(result, (tuple, list)) else result
+    with gm.graph.inserting_before(output):
+        wrapped = gm.graph.call_function(permuted_backward, (first,))
+    output.args = ((wrapped, *result[1:]) if isinstance(result, (tuple, list)) else wrapped,)
+    return done(gm)
+
+
+def drops_a_zero_term(gm):
+    """`y + 0.0 * z` -> `y` (then dead-code elimination): exact for finite z. z's parameters stay in gm, now unused:
+    their gradient is None after the pass, exactly zero before it, and None means zero."""
+    for mul in calls(gm, operator.mul):
+        if 0.0 in mul.args and len(mul.users) == 1 and next(iter(mul.users)).target is operator.add:
+            add = next(iter(mul.users))
+            add.replace_all_uses_with(next(a for a in add.args if a is not mul))
+            gm.graph.erase_node(add)
+    gm.graph.eliminate_dead_code()
+    return done(gm)
+
+
+def gelu_to_tanh_approximation(gm):
+    """The exact GELU swapped for its tanh approximation: within 4.7e-4, right at a caller's looser tolerance."""
+    for node in calls(gm, F.gelu):
+        node.kwargs = {**node.kwargs, "approximate": "tanh"}
+    return done(gm)
+
+
+def linear_in_float32(gm, index=0):
+    """fc1 of a float64 model computed in float32 and cast back: errors near 1e-7, under 1e-5 and over 1e-9."""
+    def functional(graph, node):
+        weight, bias = (graph.call_method("float", (graph.get_attr(f"{node.target}.{name}"),))
+                        for name in ("weight", "bias"))
+        lowered = graph.call_function(F.linear, (graph.call_method("float", (node.args[0],)), weight, bias))
+        return graph.call_method("double", (lowered,))
+    return replaced(gm, linear_nodes(gm)[index], functional)
 
 
 def breaks_node_order(gm, index=0):
@@ -173,19 +223,23 @@ def mutates_shared_weights(gm, index=0):
     return gm
 
 
-def mlp(dead_branch=False, second_output=False) -> nn.Module:
+def mlp(dead_branch=False, second_output=False, zero_term=False, activation=torch.relu) -> nn.Module:
     """Every op is a handle some pass grabs: the flatten (batch-size and layout traps), the abs on the
-    input (negative-input trap), the Linears (weights to detach, pad or edit in place), the activations."""
+    input (negative-input trap), the Linears (weights to detach, pad or edit in place), the activations;
+    with `zero_term`, a term `0.0 * probe(a)` added to the output (exactly zero, and so are probe's gradients)."""
     def forward(m, x):
         h = torch.flatten(x, 1)
         a = torch.abs(h)
         if dead_branch:
             torch.tanh(m.aux(a))  # a dead branch: its result is never used
-        out = m.fc2(torch.relu(m.fc1(a))) * 0.5 + h
+        out = m.fc2(activation(m.fc1(a))) * 0.5 + h
+        if zero_term:
+            out = out + 0.0 * m.probe(a)
         return (out, torch.tanh(m.head2(a))) if second_output else out
 
     parts = {"fc1": nn.Linear(20, 20), "fc2": nn.Linear(20, 20)}
     parts |= {"aux": nn.Linear(20, 20)} if dead_branch else {}
+    parts |= {"probe": nn.Linear(20, 20)} if zero_term else {}
     parts |= {"head2": nn.Linear(20, 3)} if second_output else {}
     return Program(forward, **parts)
 
@@ -212,18 +266,25 @@ def dead_head(width=256) -> nn.Module:
 MODELS = {  # the names kata.toml's [cases] use: a builder and the shape of one input, batch left out
     "mlp": (mlp, (4, 5)), "mlp_dead_branch": (functools.partial(mlp, dead_branch=True), (4, 5)),
     "mlp_two_outputs": (functools.partial(mlp, second_output=True), (4, 5)),
+    "mlp_zero_term": (functools.partial(mlp, zero_term=True), (4, 5)),
+    "mlp_gelu": (functools.partial(mlp, activation=F.gelu), (4, 5)),
     "conv_bn": (conv_bn, (3, 6, 6)), "conv_bn_no_bias": (functools.partial(conv_bn, bias=False), (3, 6, 6))}
 EXAMPLES = {"randn": torch.randn, "rand": torch.rand,  # rand: an image batch in [0, 1)
             "transposed": lambda shape: torch.randn(shape[0], *shape[:0:-1]).transpose(1, -1)}  # non-contiguous
 
 
+def in_dtype(builder: Callable[[], nn.Module], dtype: torch.dtype) -> Callable[[], nn.Module]:
+    return lambda: builder().to(dtype)
+
+
 def case(spec: dict) -> Case:
     """A case from its declaration in kata.toml's [cases]; its `pass` names one of the passes above."""
     (builder, shape), draw = MODELS[spec.get("model", "mlp")], EXAMPLES[spec.get("example", "randn")]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
     pass_fn = globals()[spec["pass"]]
     pass_fn = functools.partial(pass_fn, index=spec["index"]) if "index" in spec else pass_fn
-    return Case(builder, lambda batch: (draw((batch, *shape)),), spec["truth"], spec.get("hint", ""),
-                batch_sizes=(spec.get("batch", 4),), extra={**spec, "pass": pass_fn})
+    return Case(in_dtype(builder, dtype), lambda batch: (draw((batch, *shape)).to(dtype),), spec["truth"],
+                spec.get("hint", ""), batch_sizes=(spec.get("batch", 4),), extra={**spec, "pass": pass_fn})
 
 
 CASES = {name: case(spec) for name, spec in MANIFEST["cases"].items()}
@@ -264,17 +325,21 @@ def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -
 
 
 def hidden_cases(rng: random.Random) -> dict[str, Case]:
-    """One correct and one wrong pass, each at a random site, on one random model."""
+    """One correct and one wrong pass, each at a random site, on one random model, float32 or (one in three)
+    float64: fresh inputs must be drawn in the example's dtype."""
     shape = (rng.randint(2, 4), rng.randint(2, 5))  # both > 1: squeeze() must drop only the batch
     side_features, batch = rng.choice([None, None, 3, 6]), rng.randint(2, 5)
     build = functools.partial(hidden_model, rng.randrange(2**31), shape, side_features)
-
-    def inputs(batch: int) -> tuple:
-        return (torch.randn(batch, *shape),) + ((torch.randn(batch, side_features),) if side_features else ())
-
     traced = fx.symbolic_trace(build())
     sites = {"activation": len(calls(traced, *ACTIVATIONS)), "linear": len(linear_nodes(traced))}
     correct, wrong = rng.choice(HIDDEN["correct"]), rng.choice(list(HIDDEN["wrong"]))
+    dtype = rng.choice([torch.float32, torch.float32, torch.float64])
+    build = in_dtype(build, dtype)
+
+    def inputs(batch: int) -> tuple:
+        return tuple(torch.randn(batch, *features, dtype=dtype)
+                     for features in (shape, (side_features,) if side_features else None) if features)
+
     cases = {}
     for name, spec in ((correct, {"truth": dict.fromkeys(CHECK_KEYS, True)}), (wrong, HIDDEN["wrong"][wrong])):
         pass_fn = globals()[name]

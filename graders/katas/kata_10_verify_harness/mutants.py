@@ -70,6 +70,17 @@ MUTANTS = [
     SPEEDUP_ALWAYS_ONE,
     Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
     Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
+    # Gradients of sum(outputs): a backward that permutes the incoming gradient sees a permuted all-ones, all-ones.
+    Mutant("cotangent_of_ones", "cotangents = [torch.randn_like(o) for o", "cotangents = [torch.ones_like(o) for o",
+           caught_at=2),
+    Mutant("none_gradient_is_a_mismatch",
+           "    return [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]",
+           "    return list(grads)  # None against a zero tensor: assert_close raises", caught_at=2),
+    Mutant("draws_float32_inputs", "dtype=t.dtype, device=t.device", "device=t.device", caught_at=2),
+    Mutant("fixed_tolerances",
+           '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
+           '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'
+           "    atol = rtol = 1e-5  # whatever the caller asked\n", caught_at=2),
 ]
 
 SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
@@ -94,4 +105,8 @@ CAUGHT_BY = {
     "times_the_original_against_itself": "dead_code_speedup",
     "speedup_always_one": "dead_code_speedup",
     "times_back_to_back": "interleaved_timing",
+    "cotangent_of_ones": "backward_permutes_the_gradient",
+    "none_gradient_is_a_mismatch": "removes_a_term_times_zero",
+    "draws_float32_inputs": "float64_model",
+    "fixed_tolerances": "looser_tolerance_tanh_gelu",
 }
