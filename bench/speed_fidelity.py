@@ -103,6 +103,11 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="grade and time on this device, against its thresholds (default cpu)")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device on this machine")
     rows, started = [], time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
         for kata in args.kata or list(KATAS):
