@@ -1,5 +1,7 @@
 """A kata's summary from its check records: points per level, the speedup, and the one sentence a table
-shows (full marks, not started, the first failing check, or why it was disqualified).
+shows (full marks, not started, the first failing check, or why it was disqualified). `speed_provisional`:
+the speed level was graded against a threshold never calibrated on this device (graders/frame/kata.py,
+`Kata.provisional`); the table, the pytest summary and the stored run say so.
 
 May import: graders.frame.
 """
@@ -24,10 +26,11 @@ def summarise(kata: str, results: list[CheckResult]) -> dict:
     return {"status": "graded", "points": sum(e for e, _ in points.values()), "max_points": 100.0,
             "levels": {str(level): list(p) for level, p in points.items()}, "speedup": speed.get("speedup"),
             "speedup_threshold": speed.get("threshold"), "message": message,
+            "speed_provisional": any(r.level == 3 and r.figures.get("provisional") for r in results),
             "disqualified": disqualified.message.splitlines()[0] if disqualified else None,
             "checks": [r.to_dict() for r in results]}
 
 
 def failed_grading(status: str, message: str) -> dict:
     return {"status": status, "points": 0.0, "max_points": 100.0, "levels": {}, "speedup": None,
-            "message": message, "disqualified": None, "checks": []}
+            "speed_provisional": False, "message": message, "disqualified": None, "checks": []}

@@ -109,7 +109,16 @@ def make_run(team: str, tree: Path, source: Path, katas: dict[str, dict], seed: 
             "solutions": str(source.resolve()), "solutions_hash": solutions_hash(tree),
             "total_points": sum(r["points"] for r in graded), "possible_points": 100.0 * len(graded),
             "disqualified": [f"{kata}: {r['disqualified']}" for kata, r in katas.items() if r.get("disqualified")],
-            "katas": katas}
+            **precision_fields(args.device, katas), "katas": katas}
+
+
+def precision_fields(device: str, katas: dict[str, dict]) -> dict:
+    """What a run record says about its numbers: the float32 precision the grading held (graders/isolation/
+    precision.py) and the katas whose speed verdict is provisional (threshold not calibrated on this device)."""
+    from graders.isolation.precision import NOTE
+
+    return {"float32": NOTE if device == "cuda" else "torch's CPU defaults (full float32)",
+            "speed_provisional": [kata for kata, r in katas.items() if r.get("speed_provisional")]}
 
 
 def stage_submissions(submissions: Path, katas: list[str], staging: Path) -> dict[str, Path]:

@@ -49,15 +49,20 @@ class Check:
 
 
 class Kata:
-    """One kata's grader: its manifest (title, API, thresholds) and its checks, each at a level."""
+    """One kata's grader: its manifest (title, API, thresholds) and its checks, each at a level.
 
-    def __init__(self, name: str):
+    `manifest_data`: the kata's kata.toml parsed (default: read from the catalogue; tests hand in their own)."""
+
+    def __init__(self, name: str, manifest_data: dict | None = None):
         self.name = name
-        self.manifest = manifest(name)
+        self.manifest = manifest(name) if manifest_data is None else manifest_data
         self.title = self.manifest["title"]
         self.api: dict[str, str] = self.manifest["api"]
         speed = self.manifest.get("speed", {})
         self.thresholds: dict[str, float] = speed.get("threshold", {})
+        # Which thresholds were measured, on what and when: `calibrated = { cpu = "<device>, <date>, <N> gradings" }`
+        # (bench/calibrate.py --write records it). A device without a record has a provisional threshold.
+        self.calibrated: dict[str, str] = speed.get("calibrated", {})
         self.max_bytes_fraction: float | None = speed.get("max_bytes_fraction")
         self.checks: list[Check] = []
 
@@ -92,6 +97,14 @@ class Kata:
         """Level 3: the benchmark case must beat the traced original by the manifest's threshold (and,
         with `verdict`, pass the kata's structure verdict too)."""
         self.add(3, name, Declared("speed", via=via, case=case, options={"what": what, "hint": hint, "verdict": verdict}))
+
+    def provisional(self, device: str) -> str | None:
+        """Why the speed verdict on `device` is provisional (its threshold was never measured there), or None."""
+        if device in self.calibrated:
+            return None
+        where = "on a GPU" if device == "cuda" else f"on {device}"
+        return (f"provisional: the {device} speed threshold of {self.name} has not been calibrated {where} "
+                f"(bench/calibrate.py --device {device})")
 
     def checks_at(self, level: int) -> list[Check]:
         return [c for c in self.checks if c.level == level]

@@ -5,8 +5,10 @@ judge (graders/isolation/worker.py), usually inside the sandbox (graders/isolati
 It imports the solution, says hello, then answers requests until its channel closes: each request is a
 call of a learner function on arguments the judge built; each reply is data only (records of modules and
 tensors, graders/isolation/records/), never code. Whatever the solution does to this process stays here.
+The learner's pass computes here (on the judge's device: a fold, a folded constant), in full float32 as
+the judge does (graders/isolation/precision.py: TF32 off; on a CPU torch's defaults anyway).
 
-May import: graders.frame, graders.isolation (channel, records), and a kata's models (by name, to warm up).
+May import: graders.frame, graders.isolation (channel, records, precision), and a kata's models (by name, to warm up).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pickle
 import sys
 from pathlib import Path
 
+from graders.isolation import precision
 from graders.isolation.channel import read_frame, write_frame
 
 
@@ -104,6 +107,7 @@ def main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    precision.apply()  # before any solution code: full float32, as the judge (graders/run/session.py)
     _warm_up(kata)
     _serve(solution_path, kata, channel_in, channel_out)
 

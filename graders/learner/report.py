@@ -26,13 +26,27 @@ def print_table(katas: dict[str, dict], total: float, possible: float) -> None:
             rows.append(["", kata, *["" for _ in LEVELS], "", "", "not yet available"])
             continue
         speed = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
+        if r.get("speed_provisional"):  # the threshold was never measured on this device (graders/frame/kata.py)
+            speed += " provisional"
         status = r["message"] if len(r["message"]) <= 100 else r["message"][:97] + "..."
         rows.append(["✓" if is_complete(r) else "", kata, *[level_cell(r, level) for level in LEVELS],
                      f"{r['points']:.1f}", speed, status])
     rows.append(["", "total", *["" for _ in LEVELS], f"{total:.1f}/{possible:.0f}", "", ""])
     headers = ["", "kata", *[f"L{n} {lv.name}" for n, lv in LEVELS.items()], "points", "speedup", "status"]
     print(tabulate(rows, headers=headers))
+    note = provisional_note(katas)
+    if note:
+        print(note)
     print(progress_line(katas))
+
+
+def provisional_note(katas: dict[str, dict]) -> str | None:
+    """The sentence under the table where speed verdicts are provisional, or None."""
+    provisional = [kata for kata, r in katas.items() if r.get("speed_provisional")]
+    if not provisional:
+        return None
+    return (f"provisional: the L3 speed verdicts of {', '.join(provisional)} hold a threshold never calibrated on "
+            f"this device (bench/calibrate.py); they are not a measured standard.")
 
 
 def next_step(katas: dict[str, dict], args: argparse.Namespace) -> str | None:

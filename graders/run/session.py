@@ -6,6 +6,11 @@ learner's functions to call (in process, or in a worker process when grading is 
 the check's seed. pytest (graders/learner/pytest_plugin.py), score.py and the project's own tests all
 consume the same records. `grade` grades one kata of a tree in this process.
 
+On CUDA a session holds full float32 for its lifetime (graders/isolation/precision.py: TF32 off in cuBLAS and
+cuDNN), so both sides of every comparison compute alike, and each check's record says whether its
+device's speed threshold was calibrated (`Kata.provisional`): a level-3 figure `provisional` and a
+sentence in the message where it was not.
+
 May import: graders.frame, graders.isolation (the worker and the runtime guard), the rest of graders.run.
 """
 from __future__ import annotations
@@ -24,6 +29,7 @@ from graders.frame.catalogue import load_grader
 from graders.frame.kata import Check
 from graders.frame.levels import CheckFailed, CheckResult, resolve_seed
 from graders.frame.solution import describe_exception, is_timeout, load_solution
+from graders.isolation import precision
 from graders.isolation.guard import Guard
 from graders.isolation.worker import Worker
 from graders.run.context import Context
@@ -60,6 +66,9 @@ class GradingSession:
         self._timeouts: Counter[str] = Counter()
         self._guard: Guard | None = None
         self._tampering: str | None = None
+        self._full_float32 = self.device.type == "cuda"  # held until close()
+        if self._full_float32:
+            precision.acquire()
 
     def solution_path(self, kata: str) -> Path:
         return self.solutions / kata / "solution.py"
@@ -93,6 +102,9 @@ class GradingSession:
         for worker in self._workers.values():
             worker.stop()
         self._workers.clear()
+        if self._full_float32:
+            self._full_float32 = False
+            precision.release()
 
     def check_seed(self, check: Check) -> int:
         return zlib.crc32(f"{self.seed}/{check.kata}/{check.level}/{check.name}".encode())
@@ -106,6 +118,15 @@ class GradingSession:
             if tampering:
                 self._tampering = self._tampering or tampering
                 passed, message = False, tampering
+            if self._full_float32 and not precision.is_full() and not tampering:
+                passed, message = False, (f"the check ran with torch's float32 precision changed ({precision.settings()}); "
+                                          f"grading on CUDA holds {precision.NOTE}.")
+                precision.apply()
+            provisional = check.level == 3 and not skipped and kata.provisional(self.device.type)
+            if provisional:
+                figures = {**(figures or {}), "provisional": True}
+                first, *rest = message.split("\n", 1)  # the first line is what tables show
+                message = "\n".join([f"{first} ({provisional})", *rest])
             disqualified = bool(tampering) or bool((figures or {}).get("disqualified"))
             result = CheckResult(check.kata, check.level, check.name, passed, max_points if passed else 0.0,
                                  max_points, message, figures or {}, skipped, disqualified)
@@ -120,6 +141,8 @@ class GradingSession:
             return record(False, f"not run: {MAX_TIMEOUTS_PER_KATA} earlier checks of {check.kata} timed out.")
 
         context = Context(self, kata, check)
+        if self._full_float32:
+            precision.apply()  # whatever ran before in this process
         torch.manual_seed(context.seed)
         random.seed(context.seed)
         try:

@@ -1,0 +1,248 @@
+"""Grading on CUDA is honest: full float32 on both sides, and a speed threshold never measured on the device
+is a provisional verdict, said so in the check's figures and message, the summary, the score table, the
+pytest summary and the run record.
+
+These tests run on a CPU. Where they need a CUDA session and the machine has no GPU, they make torch report
+one (`cuda_session`): a GradingSession on "cuda" only places models on the device, and the checks graded
+here are fakes that build no model, so nothing reaches a GPU. On a machine with a GPU the real device is used.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graders.batch.summary import summarise
+from graders.competition.organiser import precision_fields
+from graders.frame.catalogue import KATAS, REPO_ROOT, load_grader
+from graders.frame.kata import Check, Kata
+from graders.frame.levels import CheckFailed
+from graders.isolation import precision
+from graders.learner.pytest_plugin import speed_lines
+from graders.learner.report import print_table, provisional_note
+from graders.run.session import GradingSession, grade
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+import calibrate  # noqa: E402  (bench/calibrate.py)
+from speed_fidelity import Readings  # noqa: E402
+
+KATA = "03_conv_bn"
+TF32_ON = {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True, "float32_matmul_precision": "high"}
+
+
+@pytest.fixture
+def tf32_on():
+    """The process starts with TF32 allowed everywhere (as a user's script might leave it); put back after."""
+    before = precision.apply(TF32_ON)
+    yield
+    precision.apply(before)
+
+
+@pytest.fixture
+def cuda_session(monkeypatch):
+    """Make GradingSession(device="cuda"). Without a GPU, torch is made to report one: a fake, for sessions whose
+    checks build nothing on the device."""
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    sessions = []
+
+    def make(**options):
+        sessions.append(GradingSession(REPO_ROOT / "reference", device="cuda", seed=1, **options))
+        return sessions[-1]
+
+    yield make
+    for session in sessions:
+        session.close()
+
+
+def fake_check(level: int, run, kata: str = KATA) -> Check:
+    """A check of `kata` at `level` that runs `run(ctx)` instead of grading a model."""
+    return Check(kata, level, "fake", run)
+
+
+# --- full float32 -------------------------------------------------------------------------------------------
+
+
+def test_a_cuda_session_holds_full_float32_for_its_lifetime(tf32_on, cuda_session):
+    """Fake CUDA without a GPU (see the module's docstring): the flags are process settings, set without a device."""
+    seen = {}
+    session = cuda_session()
+    assert precision.settings() == precision.FULL_FLOAT32
+    result = session.run(fake_check(1, lambda ctx: seen.update(precision.settings())))
+    assert result.passed and seen == precision.FULL_FLOAT32
+    session.close()
+    assert precision.settings() == TF32_ON  # what the process had before
+
+
+def test_overlapping_sessions_restore_the_settings_once_the_last_closes(tf32_on, cuda_session):
+    """Fake CUDA without a GPU (see the module's docstring)."""
+    first, second = cuda_session(), cuda_session()
+    first.close()
+    assert precision.is_full()  # the second still grades
+    second.close()
+    assert precision.settings() == TF32_ON
+
+
+def test_a_cpu_session_leaves_the_settings_alone(tf32_on):
+    GradingSession(REPO_ROOT / "reference", device="cpu").close()
+    assert precision.settings() == TF32_ON
+
+
+def test_a_check_that_turns_tf32_on_fails_and_the_next_starts_in_full_float32(cuda_session):
+    """Fake CUDA without a GPU (see the module's docstring). In process, a learner's pass could set TF32 itself."""
+    session = cuda_session()
+
+    def turns_tf32_on(ctx):
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    result = session.run(fake_check(1, turns_tf32_on))
+    assert not result.passed and "float32 precision changed" in result.message
+    assert precision.is_full()
+
+
+def test_the_worker_runs_the_pass_in_full_float32(tmp_path):
+    """Isolated grading: the learner's pass runs in the worker process, which sets full float32 before it loads
+    the solution (on any device: on a CPU these are torch's defaults, except cuDNN's flag, which a fresh
+    process has on). The pass reports the worker's settings in the one sentence that comes back: an exception."""
+    (tmp_path / KATA).mkdir()
+    (tmp_path / KATA / "solution.py").write_text(
+        "import torch\n\n\ndef fuse_conv_bn(gm):\n"
+        "    raise RuntimeError(f'tf32 matmul={torch.backends.cuda.matmul.allow_tf32} '\n"
+        "                       f'cudnn={torch.backends.cudnn.allow_tf32} '\n"
+        "                       f'precision={torch.get_float32_matmul_precision()}')\n")
+    results = grade(KATA, tmp_path, levels=(1,), isolate=True, seed=0)
+    message = next(r.message for r in results if r.check == "single_pair")
+    assert "tf32 matmul=False cudnn=False precision=highest" in message, message
+
+
+# --- provisional thresholds -----------------------------------------------------------------------------------
+
+
+def manifest(speed: dict) -> dict:
+    return {"title": "a kata", "api": {}, "speed": speed}
+
+
+def test_a_threshold_without_a_calibration_record_is_provisional():
+    kata = Kata("99_made_up", manifest({"threshold": {"cpu": 1.5, "cuda": 1.2},
+                                        "calibrated": {"cpu": "some CPU, 2026-11-25, 20 gradings"}}))
+    assert kata.provisional("cpu") is None
+    assert "has not been calibrated on a GPU" in kata.provisional("cuda")
+    assert Kata("99_made_up", manifest({"threshold": {"cpu": 1.5}})).provisional("cpu")
+
+
+def test_every_manifest_says_which_thresholds_were_measured_on_what_and_when():
+    for name in KATAS:
+        grader = load_grader(name)
+        assert "cpu" in grader.calibrated, name  # measured by bench/speed_fidelity.py (README, Grading speed)
+        assert set(grader.calibrated) <= set(grader.thresholds), name
+        for device, record in grader.calibrated.items():
+            what, when, how_many = record.rsplit(", ", 2)
+            assert what and datetime.date.fromisoformat(when) and how_many.endswith(" gradings"), (name, record)
+
+
+def speed_figures(**more) -> dict:
+    return {"speedup": 1.5, "speedup_low": 1.4, "speedup_high": 1.6, "threshold": 1.2, "rounds": 3,
+            "aten_ops_before": 4, "aten_ops_after": 2, "bytes_written_before": 100, "bytes_written_after": 50, **more}
+
+
+def test_a_cuda_speed_verdict_is_provisional_until_calibrated(cuda_session, monkeypatch):
+    """Fake CUDA without a GPU (see the module's docstring); the fake L3 check returns figures instead of timing."""
+    session = cuda_session()
+    passed = session.run(fake_check(3, lambda ctx: speed_figures()))
+    assert passed.passed and passed.figures["provisional"] is True
+    assert "not been calibrated on a GPU" in passed.message
+
+    def falls_short(ctx):
+        raise CheckFailed("the rewrite is 1.10x against the traced original; this level needs at least 1.20x.\nmore",
+                          speed_figures(speedup=1.1))
+
+    failed = session.run(fake_check(3, falls_short))
+    assert not failed.passed and failed.figures["provisional"] is True
+    assert failed.message.splitlines()[0].endswith("(bench/calibrate.py --device cuda))")  # tables show line one
+
+    monkeypatch.setitem(load_grader(KATA).calibrated, "cuda", "NVIDIA H100, 2026-11-26, 20 gradings")
+    calibrated = session.run(fake_check(3, lambda ctx: speed_figures()))
+    assert "provisional" not in calibrated.figures and calibrated.message == "ok"
+
+
+def test_a_cpu_speed_verdict_is_measured_and_other_levels_are_never_provisional(monkeypatch):
+    session = GradingSession(REPO_ROOT / "reference", device="cpu", seed=1)
+    assert "provisional" not in session.run(fake_check(3, lambda ctx: speed_figures())).figures
+    monkeypatch.delitem(load_grader(KATA).calibrated, "cpu")
+    assert session.run(fake_check(3, lambda ctx: speed_figures())).figures["provisional"] is True
+    assert "provisional" not in session.run(fake_check(1, lambda ctx: {})).figures
+    skipped = GradingSession(REPO_ROOT / "reference", device="cpu", speed=False).run(fake_check(3, lambda ctx: {}))
+    assert skipped.skipped and "provisional" not in skipped.message
+
+
+def test_the_table_the_pytest_summary_and_the_run_record_say_provisional(cuda_session, capsys):
+    """Fake CUDA without a GPU (see the module's docstring)."""
+    session = cuda_session()
+    results = [session.run(fake_check(3, lambda ctx: speed_figures())), session.run(fake_check(1, lambda ctx: {}))]
+    summary = summarise(KATA, results)
+    assert summary["speed_provisional"] is True
+    katas = {KATA: summary, "04_dce": {**summary, "speed_provisional": False}}
+    print_table(katas, 200.0, 200.0)
+    table = capsys.readouterr().out
+    assert "1.50x provisional" in table and provisional_note(katas) in table and "04_dce" not in provisional_note(katas)
+    lines = speed_lines(KATA, results, "cuda")
+    assert "needs 1.20x, provisional" in lines[0] and "not been calibrated" in lines[-1]
+    fields = precision_fields("cuda", katas)
+    assert fields == {"float32": precision.NOTE, "speed_provisional": [KATA]}
+    on_cpu = [GradingSession(REPO_ROOT / "reference").run(fake_check(3, lambda ctx: speed_figures()))]
+    measured = summarise(KATA, on_cpu)
+    assert measured["speed_provisional"] is False and provisional_note({KATA: measured}) is None
+    assert ["provisional" in line for line in speed_lines(KATA, on_cpu, "cpu")] == [False]
+    assert precision_fields("cpu", {KATA: measured})["speed_provisional"] == []
+
+
+# --- bench/calibrate.py -----------------------------------------------------------------------------------------
+
+
+def readings(reference, no_op=(), n=5, has_no_op=True) -> Readings:
+    return Readings("03_conv_bn", "cuda", n, list(reference), list(no_op), has_no_op)
+
+
+def test_a_proposal_clears_the_reference_by_the_margin_and_the_no_op_by_the_headroom():
+    proposal = calibrate.propose(readings([1.8, 1.9, 2.0], [0.98, 1.0, 1.03]))
+    assert proposal.threshold == 1.5 and proposal.margin == pytest.approx(0.2) and proposal.note == ""
+    assert proposal.headroom == pytest.approx(1.5 / 1.03 - 1)
+    thin = calibrate.propose(readings([1.25, 1.3], [1.0, 1.02]))  # 1.25 / 1.2 = 1.04 < 1.02 * 1.1
+    assert thin.threshold == 1.15 and thin.note.startswith("thin")
+    assert calibrate.propose(readings([1.05, 1.1], [1.0, 1.02])).threshold is None  # overlapping: no threshold
+    on_bytes = calibrate.propose(readings([1.02, 1.05], [], n=2))  # the no-op failed on bytes twice
+    assert on_bytes.threshold == 0.85 and "byte count" in on_bytes.note
+    assert calibrate.propose(readings([])).threshold is None
+
+
+def test_write_changes_only_the_speed_records_of_a_manifest():
+    path = REPO_ROOT / "graders" / "katas" / "kata_10_verify_harness" / "kata.toml"
+    text = path.read_text()
+    record = calibrate.calibration_record("cpu", 20, datetime.date(2026, 11, 26))
+    assert record.endswith(", 2026-11-26, 20 gradings")
+    updated = calibrate.updated_manifest(text, "cuda", 2.1, record)
+    changed = [(a, b) for a, b in zip(text.splitlines(), updated.splitlines()) if a != b]
+    assert len(text.splitlines()) == len(updated.splitlines()) and len(changed) == 2
+    assert changed[0][1].startswith("threshold = { cpu = 2.0, cuda = 2.1 }  # the dead-code pass")
+    assert changed[1][1].startswith('calibrated = { cpu = "AMD EPYC') and f'cuda = "{record}" }}  #' in changed[1][1]
+    bare = text.replace(next(line for line in text.splitlines(keepends=True) if line.startswith("calibrated")), "")
+    inserted = calibrate.updated_manifest(bare, "cuda", 2.1, record)
+    assert f'calibrated = {{ cuda = "{record}" }}' in inserted.splitlines()[inserted.splitlines().index(
+        next(line for line in inserted.splitlines() if line.startswith("threshold"))) + 1]
+
+
+def test_calibrate_writes_nothing_unless_asked(monkeypatch, capsys):
+    """The grading itself is faked (`collect`): calibrate.py's own run on a CPU is a benchmark, not a test."""
+    monkeypatch.setattr(calibrate, "collect", lambda kata, n, scratch, device: Readings(kata, device, n, [2.0] * n,
+                                                                                         [1.0] * n, True))
+    before = {name: (load_grader(name).thresholds, (REPO_ROOT / "graders/katas" / f"kata_{name}/kata.toml").read_text())
+              for name in ("04_dce", "05_cse")}
+    assert calibrate.main(["--device", "cpu", "-n", "2", "--kata", "04_dce", "--kata", "05_cse"]) == 0
+    out = capsys.readouterr().out
+    assert "1.65x" in out and "Nothing written" in out
+    for name, (_, text) in before.items():
+        assert (REPO_ROOT / "graders/katas" / f"kata_{name}/kata.toml").read_text() == text
