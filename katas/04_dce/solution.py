@@ -23,9 +23,11 @@ def has_side_effects(node: fx.Node, modules: dict) -> bool:
     #   - in-place methods and functions (PyTorch's naming convention tells you which);
     #   - calls with inplace=True or an out= tensor (how else can those arguments be passed?);
     #   - operator.setitem;
-    #   - modules that mutate their input or their own state (look at the module, not the node).
+    #   - modules that mutate their input or their own state (look at the module, not the node, and at
+    #     the state it is in: does it update anything in this mode, with this configuration?).
     # TODO(human): randomness. A node that draws random numbers advances the generator, even when its
-    #   result is unused: torch.rand*, dropout (as a function and as a module in training mode), ...
+    #   result is unused: torch.rand*, dropout (as a function and as a module in training mode), random
+    #   methods (a call_method node), ...
     raise NotImplementedError("TODO(human): has_side_effects")
 
 

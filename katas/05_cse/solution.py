@@ -26,9 +26,11 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
     modules = dict(gm.named_modules())  # call_module node.target -> module
     # TODO(human): build a hashable key for a node from (op, target, args, kwargs). Careful:
     #   1 == 1.0 == True and 0.0 == -0.0, with equal hashes; lists and slices are unhashable;
-    #   `==` on two tensors is elementwise. What must the key hold so that equal keys mean equal results?
-    # TODO(human): decide which nodes may never be merged: random ops, impure modules, in-place ops,
-    #   and values that an in-place op writes to (directly, or through a view of them).
+    #   `==` on two tensors is elementwise; keyword arguments come in the order the source wrote them.
+    #   What must the key hold so that equal keys mean equal results, and only then?
+    # TODO(human): decide which nodes may never be merged: random ops, impure modules (in the state they
+    #   are in), in-place ops, and values that an in-place op writes to (directly, or through a view of
+    #   them). Returned values may stay apart too (README: "the value is returned").
     # TODO(human): walk gm.graph.nodes in order, remembering the first node of each key; an in-place op
     #   between two copies means they read different values.
     # TODO(human): merge a copy with node.replace_all_uses_with(first) and gm.graph.erase_node(node).

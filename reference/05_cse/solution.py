@@ -95,6 +95,21 @@ def _mutated_nodes(graph: fx.Graph, modules: dict) -> set[fx.Node]:
     return mutated
 
 
+def _returned_storage(graph: fx.Graph, modules: dict) -> set[fx.Node]:
+    """Every node whose result may share memory with a tensor the graph returns: the returned nodes, views
+    of them, and what they are views of. Merging two of these hands the caller one tensor twice, where eager
+    PyTorch gave two: an in-place op on one output would change the other. AOTAutograd's CSE
+    (torch/_functorch/compile_utils.py, fx_graph_cse) leaves such nodes alone; so does this pass."""
+    aliases: dict[fx.Node, set[fx.Node]] = {}  # node -> the nodes that may share its memory (shared sets)
+    for node in graph.nodes:
+        linked: list[fx.Node] = []
+        fx.node.map_arg([_may_alias_input(node, modules), *_written_arguments(node, modules)], linked.append)
+        group = {node}.union(*(aliases.get(other, {other}) for other in linked))
+        for member in group:
+            aliases[member] = group
+    return set().union(*(aliases.get(n, {n}) for n in graph.output_node().all_input_nodes))
+
+
 def _is_pure(node: fx.Node, modules: dict) -> bool:
     if node.op == "call_module":
         module = modules[node.target]
@@ -141,6 +156,7 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
     graph = gm.graph
     modules = dict(gm.named_modules())
     mutated = _mutated_nodes(graph, modules)
+    returned = _returned_storage(graph, modules)
     available: dict[object, fx.Node] = {}
     merged = 0
     for node in list(graph.nodes):
@@ -151,7 +167,7 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
             # have read the tensor it changes, so nothing before it can stand in for anything after it.
             available.clear()
             continue
-        if node in mutated or not _is_pure(node, modules):
+        if node in mutated or node in returned or not _is_pure(node, modules):
             continue
         try:
             key = _node_key(node)

@@ -214,11 +214,32 @@ EXACT_CASES: dict[str, Case] = {
         self.drop(x)
         return x * 2""", 0, "an nn.Dropout in training mode draws a random mask: " + RANDOM,
         parts={"drop": lambda: nn.Dropout(0.3)}),  # a new module is in training mode
+    # A random method: x.bernoulli() is a call_method node, which Node.is_impure calls pure.
+    "random_method": case("""
+        p = torch.sigmoid(x)
+        p.bernoulli()
+        p.multinomial(2)
+        return x + torch.rand_like(x)""", 0, "p.bernoulli() and p.multinomial(2) are call_method nodes that draw "
+        "random numbers, like torch.bernoulli(p): " + RANDOM),
     # what must go
     "unused_parameter": case("""
         self.weight * 2
         return x + 1""", (1, 2), "self.weight * 2 is dead; reading the parameter (get_attr) has no side effect, "
         "so it may go too.", parts={"weight": lambda: nn.Parameter(torch.randn(WIDTH))}),
+    # Modules that change nothing and draw nothing in the state they are in: dead code like any other.
+    "dropout_module_eval": case("""
+        self.drop(x)
+        return x * 2""", 1, "an nn.Dropout in eval mode returns its input and draws no random numbers: only "
+        "training-mode dropout is random, so a dead one in eval mode must go. Look at the module's `training`.",
+        parts={"drop": lambda: nn.Dropout(0.3).eval()}),
+    "batchnorm_without_running_stats": case("""
+        self.batch_stats(x)
+        self.frozen(x)
+        return x * 2""", 2, "a BatchNorm built with track_running_stats=False has no running statistics to update "
+        "(it normalises with the batch's own), and one in eval mode only reads them: both are pure, so dead "
+        "calls of them must go. Only a training-mode BatchNorm that tracks running statistics changes state.",
+        parts={"batch_stats": lambda: nn.BatchNorm1d(WIDTH, track_running_stats=False),
+               "frozen": lambda: nn.BatchNorm1d(WIDTH).eval()}),
     "dead_submodule": case("""
         torch.relu(self.aux_head(x))
         return self.live(x)""", 2, "a call of an nn.Linear has no side effect: a dead one must go.",
@@ -246,6 +267,9 @@ BENCHMARK = case("""
 # live, dead or a side effect, whatever the spelling. The generator counts the dead nodes it writes.
 
 VOCABULARY = manifest("04_dce")["hidden"]  # the source templates of every step: kata.toml's [hidden]
+# Module calls that a dead chain may hold: none changes state or draws random numbers in the mode it is in.
+PURE_MODULES = [SQUARE_LINEAR, SQUARE_LINEAR, lambda: nn.Dropout(0.3).eval(),
+                lambda: nn.BatchNorm1d(WIDTH, track_running_stats=False), lambda: nn.BatchNorm1d(WIDTH).eval()]
 INPLACE_MODULES = [lambda: nn.ReLU(inplace=True), lambda: nn.Hardtanh(inplace=True),
                    lambda: nn.SiLU(inplace=True), lambda: nn.LeakyReLU(0.2, inplace=True)]
 
@@ -276,8 +300,8 @@ class HiddenModel:
     def dead_chain(self):
         ops = self.rng.randint(1, 4)
         self.lines += [f"u = {self.pure('u' if i else 'v')}" for i in range(ops)]
-        linear, param = self.rng.random() < 0.5, self.rng.random() < 0.5
-        self.lines += [f"u = self.{self.install(SQUARE_LINEAR)}(u)"] if linear else []
+        linear, param = self.rng.random() < 0.5, self.rng.random() < 0.5  # linear: any module without effects
+        self.lines += [f"u = self.{self.install(self.rng.choice(PURE_MODULES))}(u)"] if linear else []
         self.lines += [f"u = u * self.{self.install(lambda: nn.Parameter(torch.randn(WIDTH)))}"] if param else []
         self.lines.append("u.sum()")  # the chain ends unused
         self.dead += ops + linear + param + 1

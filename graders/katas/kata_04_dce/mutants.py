@@ -48,6 +48,16 @@ MUTANTS = [
            caught_at=2),
     Mutant("keeps_every_module_call", "    if node.op in (\"placeholder\", \"output\"):",
            "    if node.op in (\"placeholder\", \"output\", \"call_module\"):", caught_at=2),
+    # Gaps closed in round 3: modules that are pure in the state they are in, and random methods.
+    Mutant("keeps_dropout_modules_in_eval", "        return isinstance(module, RANDOM_MODULES) and module.training",
+           "        return isinstance(module, RANDOM_MODULES)", caught_at=2),
+    Mutant("keeps_batchnorm_without_running_stats",
+           "isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training\n                and module.track_running_stats)",
+           "isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training)", caught_at=2),
+    Mutant("keeps_batchnorm_in_eval",
+           "isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training\n                and module.track_running_stats)",
+           "isinstance(module, nn.modules.batchnorm._BatchNorm))", caught_at=2),
+    Mutant("removes_random_methods", "        return node.target in RANDOM_METHODS", "        return False", caught_at=2),
     Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
            "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
 ]

@@ -3,6 +3,7 @@ away (a (low, high) range where either answer is right); both sides run from one
 (`rng=True`), so they draw the same random numbers unless the pass merged a draw away."""
 from __future__ import annotations
 
+import itertools
 import operator
 import random
 from functools import reduce
@@ -16,11 +17,30 @@ import torch.nn.functional as F
 from graders.run import Case, Program, Program2, random_path
 
 
+def returned_fresh(program: Callable) -> Callable:
+    """`program` with each output passed through one more op of its own (output i: `+ i`). A pass may leave
+    returned values apart (AOTAutograd's CSE does: README), and a returned duplicate would then hide the trap a
+    model sets: so no node a trap is about is itself returned, and the added ops never merge."""
+    def forward(m, *inputs):
+        outputs = program(m, *inputs)
+        if isinstance(outputs, tuple):
+            return tuple(output + position for position, output in enumerate(outputs))
+        return outputs + 0
+    return forward
+
+
 # Every model is a Program (graders/models.py): its forward a function of (model, *inputs), with the modules it calls.
-def case(build, widths, merges: int | tuple[int, int], hint: str, **options) -> Case:
-    """A model on random (batch, width) inputs, one per width (or `widths` is the batch -> inputs function)."""
+def case(build, widths, merges: int | tuple[int, int], hint: str, *, fresh_outputs: bool = True, **options) -> Case:
+    """A model on random (batch, width) inputs, one per width (or `widths` is the batch -> inputs function).
+    `fresh_outputs`: a Program's outputs are passed through `returned_fresh`."""
     inputs = widths if callable(widths) or widths is None else lambda b: tuple(torch.randn(b, w) for w in widths)
-    return Case(build, inputs, merges, hint, rng=True, batch_sizes=(2, 3), **options)
+
+    def built():
+        model = build()
+        if fresh_outputs and isinstance(model, Program):
+            model.program = returned_fresh(model.program)
+        return model
+    return Case(built, inputs, merges, hint, rng=True, batch_sizes=(2, 3), **options)
 
 
 def duplicate_chains(m, x, y):
@@ -170,11 +190,38 @@ EXACT_CASES: dict[str, Case] = {
         "x * 2 and sin(x * 2) appear three times, x.exp() four times: return the nodes merged away (one per "
         "copy erased), not the number of distinct expressions that absorbed copies."),
     "list_and_tuple_args": case(
-        lambda: Program2(lambda m, x, y: (torch.cat([torch.sin(x), y], 1), torch.cat([torch.sin(x), y], 1),
-                                          torch.stack((x, y)), torch.stack((x, y)), x.permute([1, 0]),
-                                          x.permute([1, 0]))), (4, 4), 4,
+        lambda: Program2(lambda m, x, y: (torch.cat([torch.sin(x), y], 1) - torch.cat([torch.sin(x), y], 1) * 2,
+                                          torch.stack((x, y)) + torch.stack((x, y)),
+                                          x.permute([1, 0]) * x.permute([1, 0]))), (4, 4), 4,
         "torch.cat([...]), torch.stack((...)) and x.permute([...]) take lists and tuples: a key must hold "
         "them, with the nodes inside replaced too."),
+    # Returned copies: AOTAutograd's CSE leaves them apart (the caller gets two tensors, as in eager), torch.fx's
+    # CSEPass merges them; only sin(x), read by both cats, must merge.
+    "returned_copies": case(
+        lambda: Program2(lambda m, x, y: (torch.cat([torch.sin(x), y], 1), torch.cat([torch.sin(x), y], 1),
+                                          torch.stack((x, y)), torch.stack((x, y)))), (4, 4), (1, 3),
+        "sin(x) is read by both cats and returned by neither: it merges. The cats and the stacks are returned: "
+        "leaving them apart (as AOTAutograd's fx_graph_cse does) and merging them are both accepted.",
+        fresh_outputs=False),
+    # The op kind is part of the expression: x.neg() is a call_method with target "neg", a submodule installed as
+    # `neg` is a call_module with the same target string.
+    "method_and_module_of_one_name": case(
+        lambda: Program(lambda m, x: x.neg() * 2 + m.neg(x) * 2, neg=nn.Linear(6, 6)), (6,), 0,
+        "x.neg() (call_method, target 'neg') and self.neg(x) (call_module of a Linear named 'neg', target 'neg') "
+        "share target and arguments: put node.op into the key."),
+    # Modules that are pure in the state they are in: their calls merge.
+    "eval_mode_modules_merge": case(
+        lambda: Program(lambda m, x: m.drop(x) + m.drop(x) * m.bn(x) - m.bn(x) + m.batch_stats(x) * m.batch_stats(x),
+                        drop=nn.Dropout(0.3).eval(), bn=nn.BatchNorm1d(6).eval(),
+                        batch_stats=nn.BatchNorm1d(6, track_running_stats=False)), (6,), 3,
+        "an nn.Dropout in eval mode returns its input, a BatchNorm in eval mode only reads its running statistics, "
+        "and one built with track_running_stats=False has none to update: all three are pure, so their calls "
+        "merge. Look at the module's `training` and `track_running_stats`."),
+    "kwargs_in_any_order": case(
+        lambda: Program(lambda m, x: x.sum(dim=1, keepdim=True) * x.sum(keepdim=True, dim=1)
+                        + torch.clamp(x, min=-0.5, max=0.5) - torch.clamp(x, max=0.5, min=-0.5)), (6,), 2,
+        "f(x, a=1, b=2) and f(x, b=2, a=1) are one call: symbolic_trace keeps keyword arguments in the order the "
+        "source wrote them, so a key must not depend on it (sort them by name)."),
     "slice_args": case(
         lambda: Program(lambda m, x: (x[:, 0:2] * 2, x[:, 0:2] * 2, x[:, 1:3] * 2)), (6,), (0, 2),
         "x[:, 0:2] holds slice objects, unhashable before Python 3.12: the pass must not crash on them "
@@ -205,6 +252,15 @@ def random_step(rng: random.Random) -> tuple[Callable, Callable]:
     def op(name: str, *args, **kwargs) -> Callable:  # h.name(*args) or torch.name(h, *args)
         return lambda h: getattr(h, name)(*args, **kwargs) if method else getattr(torch, name)(h, *args, **kwargs)
 
+    def clamp_both(low: float, high: float) -> Callable:
+        """clamp(h, min=low, max=high), its keywords in the other order at every other call: copies still merge."""
+        calls = itertools.count()
+
+        def step(h):
+            kwargs = {"min": low, "max": high} if next(calls) % 2 else {"max": high, "min": low}
+            return h.clamp(**kwargs) if method else torch.clamp(h, **kwargs)
+        return step
+
     return rng.choice([
         (op("sin"), op("cos")), (op("tanh"), op("sigmoid")), (op("sigmoid"), op("tanh")),
         (op("mul", n), op("mul", float(n))), (lambda h: h * n, lambda h: h * float(n)),
@@ -212,6 +268,7 @@ def random_step(rng: random.Random) -> tuple[Callable, Callable]:
         (op("clamp", min=c), op("clamp", max=c)),
         (lambda h: F.leaky_relu(h, negative_slope=c), lambda h: F.leaky_relu(h, negative_slope=c + 0.5)),
         (lambda h: F.softplus(h, beta=1 + c), lambda h: F.softplus(h, beta=1.5 + c)),
+        (clamp_both(-c, c), clamp_both(-c, c + 0.5)),
     ])
 
 
@@ -231,10 +288,14 @@ ALIASES = [lambda t: t, lambda t: t, lambda t: t[:, :], lambda t: t.t().t(), lam
            lambda t: t.view(-1).view_as(t)]
 
 
+# Tensor methods that a submodule may be named after: x.neg() is call_method 'neg', self.neg(x) call_module 'neg'.
+METHOD_NAMES = ["neg", "sin", "cos", "tanh", "sigmoid", "exp", "abs", "relu"]
+
+
 def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) -> tuple[str, Callable, int]:
     """(kind, forward (model, h) -> h, the merges a correct pass makes in it)."""
     kind = rng.choice(["dup_chain", "dup_chain", "near_miss", "near_miss", "random", "inplace_between",
-                       "inplace_twice", "mutated_later", "pure_module", "impure_module"])
+                       "inplace_twice", "mutated_later", "pure_module", "impure_module", "named_like_a_method"])
     pairs = [random_step(rng) for _ in range(rng.randint(1, 3))]
     steps = [step for step, _ in pairs]
 
@@ -262,9 +323,18 @@ def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) 
         forward = {"inplace_between": written_between(lambda h: chain(steps, h), write_to, view),
                    "inplace_twice": written_twice(write_to), "mutated_later": written_after(write_to, steps[0])}[kind]
         return kind, lambda m, h: reduce(operator.add, forward(m, h)), 0
-    if kind == "pure_module":
+    if kind == "named_like_a_method":  # h.<name>() and a Linear installed as self.<name>: nothing merges
+        name = rng.choice([name for name in METHOD_NAMES if name not in modules] or [random_path(rng, 1, len(modules))])
+        modules[name] = nn.Linear(width, width)
+        method = rng.random() < 0.5
+        return kind, lambda m, h: (getattr(h, name)() if method else m.get_submodule(name)(h)) * 0.5 + \
+            (m.get_submodule(name)(h) if method else getattr(h, name)()), 0
+    if kind == "pure_module":  # in the state it is in: eval-mode Dropout and BatchNorm are pure, so is a
+        # BatchNorm without running statistics in training mode
         lin = module_at_random_path(nn.Linear(width, width))
-        act = module_at_random_path(rng.choice([nn.GELU(), nn.Tanh(), nn.SiLU()]))
+        act = module_at_random_path(rng.choice([nn.GELU(), nn.Tanh(), nn.SiLU(), nn.Dropout(0.25).eval(),
+                                                nn.BatchNorm1d(width).eval(),
+                                                nn.BatchNorm1d(width, track_running_stats=False)]))
         return kind, lambda m, h: act(m, lin(m, h)) + act(m, lin(m, h)) * 0.5, 2
     module = rng.choice([nn.Dropout(0.25), nn.BatchNorm1d(width), nn.LeakyReLU(0.2, inplace=True)]).train()
     impure = module_at_random_path(module)

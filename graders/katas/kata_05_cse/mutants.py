@@ -1,5 +1,5 @@
 """Kata 05: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant, REPO_ROOT
+from graders.run import Mutant, REPO_ROOT, Variant
 
 MERGE = """        first = available.setdefault(key, node)
         if first is not node:
@@ -64,8 +64,8 @@ MUTANTS = [
     Mutant("merges_inplace_ops", "    written = [node.args[0]] if inplace and node.args else []",
            "    written = []", caught_at=2),
     Mutant("merges_across_an_inplace_op", BARRIER, "", caught_at=2),
-    Mutant("merges_values_mutated_later", "        if node in mutated or not _is_pure(node, modules):",
-           "        if not _is_pure(node, modules):", caught_at=2),
+    Mutant("merges_values_mutated_later", "        if node in mutated or node in returned or not _is_pure(node, modules):",
+           "        if node in returned or not _is_pure(node, modules):", caught_at=2),
     Mutant("ignores_writes_through_views",
            "        if _op_name(node) in VIEW_OPS or _written_arguments(node, modules):",
            "        if _written_arguments(node, modules):", caught_at=2),
@@ -86,9 +86,29 @@ MUTANTS = [
     Mutant("counts_merge_groups", "            merged += 1\n",
            "            merged += not first.meta.get('absorbed_a_copy')\n"
            "            first.meta['absorbed_a_copy'] = True\n", caught_at=2),
+    # Gap: a key without the op kind: x.neg() (call_method 'neg') meets a submodule named `neg` (call_module 'neg').
+    Mutant("key_without_op_kind", "    return (node.op, node.target, _constant_key(node.args)",
+           "    return (node.target, _constant_key(node.args)", caught_at=2),
+    # Gap: keyword arguments keyed in call order, so f(x, a=1, b=2) and f(x, b=2, a=1) stay apart.
+    Mutant("kwargs_in_call_order", "        return (dict, tuple(sorted((k, _constant_key(v)) for k, v in arg.items())))",
+           "        return (dict, tuple((k, _constant_key(v)) for k, v in arg.items()))", caught_at=2),
+    # Gaps: modules that are pure in the state they are in, treated as impure whatever their state.
+    Mutant("never_merges_dropout_modules", "            return not module.training  # random in training mode",
+           "            return False", caught_at=2),
+    Mutant("batchnorm_impure_in_eval", "_NormBase) and module.training and module.track_running_stats:",
+           "_NormBase):", caught_at=2),
+    Mutant("batchnorm_without_running_stats_impure",
+           "_NormBase) and module.training and module.track_running_stats:", "_NormBase) and module.training:",
+           caught_at=2),
     # Lists cut down to what the visible models use: the hidden models draw from wider ones.
     Mutant("random_ops_seen_in_visible_models", RANDOM_OPS_END,
            RANDOM_OPS_END + 'RANDOM_OPS = {"rand", "rand_like", "randn_like", "dropout"}\n', caught_at=4),
     Mutant("pure_modules_seen_in_visible_models", PURE_MODULES_END,
-           PURE_MODULES_END + "PURE_MODULES = (nn.Linear, nn.GELU)\n", caught_at=4),
+           PURE_MODULES_END + "PURE_MODULES = (nn.Linear, nn.GELU, nn.modules.batchnorm._NormBase)\n", caught_at=4),
+]
+
+VARIANTS = [
+    # torch.fx's CSEPass (torch/fx/passes/dialect/common/cse_pass.py) merges returned copies; AOTAutograd's
+    # fx_graph_cse, which the reference follows, leaves every node that shares memory with an output apart.
+    Variant("merges_returned_copies", " or node in returned", ""),
 ]
