@@ -4,6 +4,7 @@ earlier, so every case compares bit for bit (Case(compare="bit_exact")): a toler
 differently, and the reseeded calls after the first show a frozen random draw or a frozen buffer."""
 from __future__ import annotations
 
+from collections import Counter
 from functools import reduce
 
 import torch
@@ -17,6 +18,18 @@ KATA = Kata("06_constant_folding")
 
 def folded(run: Run) -> dict:
     """The count is what the graph lost and what a correct pass removes; the module's own tensors are intact."""
+    modules = lambda gm: Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    if lost := modules(run.before) - modules(run.gm):
+        run.fail(f"fold_constants removed the call of module `{next(iter(lost))}` (a call_module node); call_module "
+                 "nodes never fold, whatever their inputs: a leaf module is opaque to the pass, and may draw random "
+                 "numbers or update state (a BatchNorm in training mode updates its running statistics).")
+    old_attributes = {n.target for n in run.before.graph.nodes if n.op == "get_attr"}
+    readers = Counter(n.target for n in run.gm.graph.nodes if n.op == "get_attr" and n.target not in old_attributes)
+    if shared := [(target, count) for target, count in readers.items() if count > 1]:
+        target, count = shared[0]
+        run.fail(f"fold_constants reads its stored value `{target}` with {count} get_attr nodes; expected one new "
+                 "get_attr node per stored value, read by all of the folded node's users "
+                 "(node.replace_all_uses_with(new_get_attr)).")
     calls = lambda gm: sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
     removed = calls(run.before) - calls(run.gm)
     if run.result != removed:

@@ -83,6 +83,23 @@ def same_buffer_read_twice(n: int) -> fx.GraphModule:  # built by hand: two get_
     graph.output(graph.call_function(torch.mul, (x, graph.call_method("log", (read,)))))
     return fx.GraphModule(Program(None, state=torch.rand(n) + 1), graph)
 
+def constructors_without_inputs(n: int) -> fx.GraphModule:  # built by hand: symbolic_trace runs these itself
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    positions = graph.call_function(torch.arange, (n,), {"dtype": torch.float32})  # no input node at all
+    ones = graph.call_function(torch.ones, (n,))
+    scaled = graph.call_function(torch.mul, (x, positions))
+    graph.output(graph.call_function(torch.add, (scaled, graph.call_method("exp", (ones,)))))
+    return fx.GraphModule(Program(None), graph)
+
+def written_through_out(m, x):  # torch.mul(..., out=b) writes b as surely as b.mul_(...) does
+    torch.mul(m.decay, 0.9, out=m.decay)
+    return x * m.decay.exp() + m.w.sin()
+
+def shared_folded_value(m, x):  # one folded value, read by two runtime nodes and the output
+    scaled = m.w.t() * 2
+    return (x @ scaled) @ scaled, scaled
+
 class DefaultArgument(Program):  # `scale` has a default, but it is an argument: a caller may pass another value
     def forward(self, x, scale=2.0):
         return x @ (self.w.t() * scale)
@@ -161,6 +178,24 @@ EXACT_CASES: dict[str, Case] = {
         "`scale=2.0` is an argument with a default, not a constant: the caller may pass another value. A placeholder "
         "never folds, whatever its default; only self.w.t() does.",
         inputs=lambda batch: (torch.randn(batch, 6),) + (() if batch == 1 else (0.5,))),
+    "constructors_without_inputs": case(lambda: constructors_without_inputs(6), (6,), 3,
+        "torch.arange(6) and torch.ones(6) read no node at all (all_input_nodes is empty): a node with no inputs is "
+        "constant, like one whose inputs all are. They fold, and so does the exp of the ones (a hand-built graph: "
+        "symbolic_trace would have run them itself, as make_fx and torch.export do not)."),
+    "buffer_written_through_out": case(
+        lambda: Program(written_through_out, decay=torch.rand(6) + 0.5, w=param(6)), (6,), 1,
+        "torch.mul(self.decay, 0.9, out=self.decay) writes self.decay: a call with an out= tensor is an in-place op "
+        "on that tensor. Never run it at fold time (it would write the real buffer), and nothing read from the "
+        "buffer folds; only self.w.sin() does."),
+    "module_on_constant": case(
+        lambda: Program(lambda m, x: x @ m.lin(m.w).t() + x * m.norm(m.table).sum(0), w=param(6, 6),
+                        table=torch.randn(4, 6), lin=nn.Linear(6, 6), norm=nn.BatchNorm1d(6)), (6,), 0,
+        "call_module nodes never fold, even on constant inputs: the pass sees no code inside a leaf module. "
+        "self.lin(self.w) happens to be pure, but self.norm (a BatchNorm1d in training mode) updates its running "
+        "statistics on every call, and a Dropout draws a fresh mask."),
+    "folded_value_read_twice": case(lambda: Program(shared_folded_value, w=param(6, 6)), (6,), 2,
+        "self.w.t() * 2 is read by two matmuls and the output: store it once and read it with one new get_attr "
+        "node (node.replace_all_uses_with), not one get_attr per user."),
     "attribute_names_taken": case(
         lambda: Program(lambda m, x: m._folded_1(x * m.w.exp()) + m.w.sin() + sum(x * getattr(m, t) for t in TAKEN),
                         w=param(6), _folded_1=nn.Identity(), **{name: make(6) for name, make in TAKEN.items()}),
@@ -201,7 +236,7 @@ IN_PLACE_WRITES = [
     lambda b: b.add_(0.25), lambda b: b.mul_(1.1), lambda b: b.sub_(0.1), lambda b: b.div_(1.5),
     lambda b: b.clamp_(max=1.2), lambda b: b[1:].add_(0.5), lambda b: torch.mul(b, 0.9, out=b),
     lambda b: b.zero_(), lambda b: torch.sqrt_(b)]
-TRAPS = ["random", "mutated", "capped", "input_dependent"]
+TRAPS = ["random", "mutated", "capped", "input_dependent", "module_on_constant"]
 KINDS = ["scaled_weight", "triangular", "positions", "exp_sum"] + TRAPS
 ONES = [  # (an n x n matrix of ones like the weight w, its call nodes): each spelling folds whole
     (lambda w, n: torch.ones(n, n, device=w.device), 2), (lambda w, n: w.new_ones(n, n), 1),
@@ -215,6 +250,8 @@ def hidden_piece(rng: random.Random, kind: str, n: int) -> tuple[Program, int]:
     weight, get = {name: nn.Parameter(torch.randn(n, n) / math.sqrt(n))}, operator.attrgetter(name)
     if kind == "scaled_weight":
         transpose, scale, s = rng.choice(TRANSPOSES), rng.choice(SCALES), rng.uniform(0.3, 2.0)
+        if rng.random() < 0.5:  # the folded weight read by two matmuls: still one stored value, one get_attr
+            return Program(lambda m, x: (x @ (w := scale(transpose(get(m)), s))) @ w, **weight), 2
         return Program(lambda m, x: x @ scale(transpose(get(m)), s), **weight), 2
     if kind == "triangular":
         make, diagonal, (ones, calls) = rng.choice([torch.triu, torch.tril]), rng.randrange(3) - 1, rng.choice(ONES)
@@ -233,6 +270,8 @@ def hidden_piece(rng: random.Random, kind: str, n: int) -> tuple[Program, int]:
         write, written_first, read = rng.choice(IN_PLACE_WRITES), rng.random() < 0.5, lambda m, x: x * get(m).cos()
         mutated = lambda m, x: (write(get(m)), read(m, x))[1] if written_first else (read(m, x), write(get(m)))[0]
         return Program(mutated, **{name: torch.rand(n) + 0.5}), 0
+    if kind == "module_on_constant":  # a leaf module on a constant: a call_module node never folds
+        return Program(lambda m, x: x * getattr(m, other)(get(m)).sum(0), **weight, **{other: nn.Linear(n, n)}), 0
     if kind == "capped":  # 256 KiB of float32; repeated or expanded 8 times, 2 MiB: over the cap
         spread, rows = rng.choice([lambda a: a.repeat(8, 1), lambda a: a.expand(8, -1, -1)]), (1 << 16) // n
         return Program(lambda m, x: x * spread(get(m)).sum(0).sum(0), **{name: torch.randn(rows, n) / rows}), 0

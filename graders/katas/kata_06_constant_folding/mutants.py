@@ -53,6 +53,27 @@ MUTANTS = [
                "tree_map_only(torch.Tensor, torch.Tensor.detach, value)", "value"), caught_at=2),
     Mutant("evaluates_under_inference_mode", "    with torch.no_grad():\n        if node.op",
            "    with torch.inference_mode():\n        if node.op", caught_at=2),
+    # torch.mul(b, 0.9, out=b) writes b: run at fold time, it writes the real buffer.
+    Mutant("out_is_not_a_write", '    if node.kwargs.get("out") is not None:\n        written.append(node.kwargs["out"])\n',
+           "", caught_at=2),
+    # torch.arange(5), torch.ones(3): no input nodes, so "all inputs constant" holds; this pass wants at least one.
+    Mutant("never_folds_nodes_without_inputs", "if all(n in values for n in node.all_input_nodes):",
+           "if node.all_input_nodes and all(n in values for n in node.all_input_nodes):", caught_at=2),
+    Mutant("one_get_attr_per_user", "        with graph.inserting_before(node):\n"
+           "            node.replace_all_uses_with(graph.get_attr(name))\n",
+           "        for user in list(node.users):\n            with graph.inserting_before(user):\n"
+           "                user.replace_input_with(node, graph.get_attr(name))\n", caught_at=2),
+    # Folds a module call whose inputs are constant unless it is a Dropout (as torch.fx.experimental.const_fold
+    # folds call_module nodes whole).
+    Mutant("folds_modules_on_constants",
+           "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
+           "        elif (node.op == \"call_module\" and all(n in values for n in node.all_input_nodes)\n"
+           "              and not isinstance(gm.get_submodule(node.target), torch.nn.Dropout)):\n"
+           "            with torch.no_grad():\n"
+           "                args = fx.node.map_arg(node.args, lambda n: values[n])\n"
+           "                values[node] = gm.get_submodule(node.target)(*args).detach()\n"
+           "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
+           caught_at=2),
     Mutant("in_place_ops_listed_by_hand",
            'in_place = (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem',
            'in_place = name in ("add_", "mul_", "copy_", "fill_")', caught_at=4),

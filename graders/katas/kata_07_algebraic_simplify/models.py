@@ -28,11 +28,19 @@ def floats(*shape, dtype=torch.float32) -> torch.Tensor:
 
 def cases(*rows) -> dict[str, Case]:
     """The model is a function, or an nn.Module each check traces a fresh copy of; the input, unless given, one
-    float tensor of shape (3, 4, 5). The batch is always 3: simplify specialises to its example inputs' shapes."""
+    float tensor of shape (3, 4, 5). The batch is always 3: simplify specialises to its example inputs' shapes.
+    A row may end with `optional`: rewrites the table allows but does not ask for (CONVERSIONS)."""
     return {name: Case(lambda model=model: copy.deepcopy(model) if isinstance(model, nn.Module) else model,
                        inputs[0] if inputs else lambda batch: (floats(batch, 4, 5),), (rewrites, kept), hint,
-                       compare="bit_exact", batch_sizes=(3,), samples=3)
+                       compare="bit_exact", batch_sizes=(3,), samples=3,
+                       extra={"optional": inputs[1]} if len(inputs) > 1 else {})
             for name, model, rewrites, kept, hint, *inputs in rows}
+
+
+# Optional rewrites: the ops each takes away and the ops it leaves instead. `int * 1.0` may become
+# `x.to(torch.float32)` (exact: the op converts x, then multiplies by 1.0), as Inductor's remove_no_ops does.
+def conversion(*removed: str) -> tuple[Counter, Counter]:
+    return Counter(removed), Counter(["to"])
 
 
 # L1: the rules one by one, plainly spelled. A row: name, model, rewrites allowed, ops left (None: unchanged), hint.
@@ -53,6 +61,22 @@ def spellings(m, x):
     y = torch.div(torch.mul(x.mul(1), True).div(1.0), 1)
     y = m.act(F.relu(torch.sub(y.sub(0), 0.0)))
     return torch.pow(y, 2.0) + y.pow(2)
+
+
+def in_place_on_replacement(x):
+    s = x * 2.0
+    y = s * 1.0   # a copy of s, taken before the write
+    s.add_(1.0)
+    return y - s
+
+
+class PlainOnes(nn.Module):  # tensor attributes that are no parameter: the GraphModule holds them as buffers
+    def __init__(self):
+        super().__init__()
+        self.unit, self.wide = torch.ones(3, 4, 5), torch.ones(2, 3, 4, 5)
+
+    def forward(self, x):
+        return x * self.unit, x * torch.ones(5), self.wide * x
 
 
 def in_place_on_result(x):
@@ -107,8 +131,15 @@ L2_CASES = cases(
     ("dtype_promotion",
      lambda i, b, h: (i * 1.0, i / 1, b * 1, h * torch.ones(h.shape[-1], device=h.device), i ** 2.0), 0, None,
      "int * 1.0 and int / 1 are float tensors, bool * 1 is int64, float16 times a float32 tensor of ones is "
-     "float32, int ** 2.0 is float: compare the node's dtype with x's.",
-     lambda batch: (torch.randint(-9, 10, (batch, 5)), torch.rand(batch, 5) < 0.5, floats(batch, 5, dtype=torch.half))),
+     "float32, int ** 2.0 is float: compare the node's dtype with x's. Leave them, or replace one by "
+     "x.to(node's dtype), which is exact; never by x itself.",
+     lambda batch: (torch.randint(-9, 10, (batch, 5)), torch.rand(batch, 5) < 0.5, floats(batch, 5, dtype=torch.half)),
+     [conversion("mul"), conversion("truediv"), conversion("mul"),
+      conversion("mul", "ones", "getattr", "getattr", "getitem")]),
+    ("plain_tensor_of_ones", PlainOnes(), 0, None,
+     "a tensor attribute that is no parameter (self.unit = torch.ones(...), or torch.ones(5) with literal sizes, "
+     "which the tracer stores as _tensor_constant0) is still a get_attr, not a literal: the module may reassign it "
+     "(gm.unit = ...) and the graph would have forgotten it. x * self.wide also broadcasts x to a larger shape."),
     ("parameter_equal_to_one", Program(lambda m, x: x * m.gain - m.offset, gain=nn.Parameter(torch.ones(5)),
                                        offset=torch.zeros(5)), 0, None,
      "a parameter or buffer that holds ones today is state: training or load_state_dict changes it. Only literals "
@@ -122,6 +153,16 @@ L2_CASES = cases(
     ("div_with_rounding_mode",
      lambda x: (torch.div(x, 1, rounding_mode="floor"), torch.div(x, 1, rounding_mode="trunc"), x // 1), 0, None,
      "torch.div(x, 1, rounding_mode='floor') is floor(x): a call with extra keyword arguments is another operation."),
+    ("reversed_operands", lambda x: (1 / x, 0 - x, 1.0 / x, torch.ones_like(x) / x, torch.zeros_like(x) - x), 0,
+     None, "/ and - do not commute: 1 / x is the reciprocal and 0 - x the negation, not x. Only x / 1 and x - 0 "
+           "are identities; 1 * x, 0 + x and -0.0 + x are, since * and + commute."),
+    ("in_place_on_replacement", in_place_on_replacement, 0, None,
+     "y = s * 1.0 is a copy of s taken before s.add_(1.0) writes s. Replace y by s and y reads the written value: "
+     "skip a rewrite when an in-place op uses the node or its replacement (Inductor's remove_no_ops: is_mutated)."),
+    ("permute_pair_with_other_user",
+     lambda x: ((y := x.transpose(1, 2)).transpose(1, 2) * 2.0, y.relu()), 1, ["transpose", "mul", "relu"],
+     "x.transpose(1, 2).transpose(1, 2) is x, but the inner transpose is also read by y.relu(): point the outer "
+     "node's users at x and keep the inner one for its other users (erase a node only once it has no users)."),
     ("in_place_on_result", in_place_on_result, 0, None,
      "y = x * 1.0 is a new tensor; y.add_(1.0) mutates it. Replace y by x and add_ mutates x. Skip a rewrite when "
      "an in-place op (name ending in '_', inplace=True) uses the node or its replacement."),
@@ -163,11 +204,15 @@ STEPS = {
     "square": (1, ["mul"], lambda b, x: b.binary("pow", x, b.rng.choice([2, 2.0]))),
     "scale_shift": (0, ["mul", "add"], lambda b, x: b.binary("add", b.scale(x), b.rng.choice([-0.5, 0.25, 0.75, 1.5]))),
     "parameter_one": (0, ["get_attr", "mul"], lambda b, x: b.binary("mul", x, b.parameter_of_ones())),  # state
+    "tensor_of_ones": (0, ["get_attr", "mul"], lambda b, x: b.binary("mul", x, b.tensor_of_ones())),  # an attribute
+    "copy_then_write": (0, ["mul", "mul", "add_"], lambda b, x: b.copy_then_write(x)),
     "relu_chain": (0, ["mul", "relu"], lambda b, x: b.relu_chain(b.scale(x))),  # books 1 or 2 rewrites itself
     "inverse_permute": (1, ["mul"], lambda b, x: b.permute_pair(b.scale(x), cancelling=True)),
     "same_permute_twice": (0, ["mul", "permute", "permute"], lambda b, x: b.permute_pair(b.scale(x), cancelling=False)),
     "plus_zero": (0, ["add"], lambda b, x: b.side(x, b.binary("add", x, 0.0))),
     "minus_negative_zero": (0, ["sub"], lambda b, x: b.side(x, b.binary("sub", x, -0.0))),
+    "one_over_x": (0, ["div"], lambda b, x: b.side(x, b.binary("div", x, b.rng.choice([1, 1.0]), literal_first=True))),
+    "zero_minus_x": (0, ["sub"], lambda b, x: b.side(x, b.binary("sub", x, b.rng.choice([0, 0.0]), literal_first=True))),
     "times_zero": (0, ["mul"], lambda b, x: b.side(x, b.binary("mul", x, 0))),
     "x_over_x": (0, ["div"], lambda b, x: b.side(x, b.binary("div", x, x))),
     "exp_of_log": (0, ["exp", "log"], lambda b, x: b.side(x, b.call(torch.exp, b.call(torch.log, x)))),
@@ -210,6 +255,19 @@ class HiddenBuilder:
         setattr(self.root, name, nn.Parameter(torch.ones(self.shape[-1])))
         return self.graph.get_attr(name)
 
+    def tensor_of_ones(self):
+        """A plain tensor attribute (no parameter; fx.GraphModule keeps it as a buffer): a get_attr, not a literal."""
+        name = self.fresh_path(1)
+        setattr(self.root, name, torch.ones(self.shape[-1]))
+        return self.graph.get_attr(name)
+
+    def copy_then_write(self, x):
+        """y = s * 1 copies s before s.add_ writes it: replacing y by s would read the written value."""
+        s = self.scale(x)
+        y = self.binary("mul", s, 1)
+        self.graph.call_method("add_", (s, 0.5))
+        return y
+
     def relu_chain(self, x):
         """2 or 3 relus in random spellings, at least one an nn.ReLU nested in containers: all but one go."""
         spellings = ["module"] + self.rng.choices(["module", "method", torch.relu, F.relu], k=self.rng.randint(1, 2))
@@ -234,6 +292,9 @@ class HiddenBuilder:
         for dims in (p, q):
             as_method = self.rng.random() < 0.5
             x = self.graph.call_method("permute", (x, *dims)) if as_method else self.call(torch.permute, x, tuple(dims))
+            if dims is p and cancelling and self.rng.random() < 0.3:  # the inner permute is read elsewhere too
+                self.side_outputs.append(x)
+                self.kept["permute"] += 1
         return x
 
 

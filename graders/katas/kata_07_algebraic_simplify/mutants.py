@@ -1,5 +1,5 @@
 """Kata 07: plausible wrong simplifiers, each caught at the level that should catch it."""
-from graders.run import Mutant
+from graders.run import Mutant, Variant
 
 NEXT_RULE = "        replacement = (identity_operand(node, modules)"
 NO_OP = Mutant("no_op", "    # Shapes and dtypes of every node", "    return 0\n    # Shapes and dtypes of every node",
@@ -55,6 +55,26 @@ MUTANTS = [
            '            and meta(b).shape == meta(a).shape\n'
            '            and bool((operator.attrgetter(b.target)(modules[""]) == 1).all())):\n'
            '        return a\n    if kind == "mul":\n', caught_at=2),
+    # 1 / x -> x and 0 - x -> x, as if / and - commuted like * and +.
+    Mutant("div_and_sub_commute", "        return a if is_one(b, modules) else None\n",
+           "        return a if is_one(b, modules) else b if is_one(a, modules) else None\n", caught_at=2),
+    Mutant("sub_commutes", "return a if is_positive_zero(b, modules) else None",
+           "return a if is_positive_zero(b, modules) else b if is_positive_zero(a, modules) else None", caught_at=2),
+    # Looks for in-place users of the node only: s.add_(1) after y = s * 1.0 then writes what y reads.
+    Mutant("in_place_check_misses_replacement",
+           "users = [u for u in list(node.users) + list(replacement.users) if u is not node]",
+           "users = list(node.users)", caught_at=2),
+    # A tensor attribute of ones that is no parameter (self.unit, torch.ones(5) traced to _tensor_constant0) as 1.
+    Mutant("tensor_attribute_of_ones_is_one", 'or op_kind(value, modules) == "ones"',
+           'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
+           'and value.target not in dict(modules[""].named_parameters()) '
+           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))', caught_at=2),
+    # Removes a cancelling pair as a unit: the inner permute's other users are pointed at x too.
+    Mutant("erases_inner_of_a_pair", "        graph.erase_node(node)\n        for input_node in inputs:\n",
+           "        graph.erase_node(node)\n"
+           "        if op_kind(node, modules) in ('permute', 'transpose', 't'):\n"
+           "            inputs[0].replace_all_uses_with(replacement)\n"
+           "        for input_node in inputs:\n", caught_at=2),
     Mutant("same_permutation_twice_cancels", "all(p[q[i]] == i for i in range(rank))", "p == q", caught_at=2),
     Mutant("negative_dims_not_normalised", "return [d % rank for d in dims]", "return list(dims)", caught_at=2),
     Mutant("ignores_rounding_mode", 'len(node.args) != 2 or node.kwargs:', 'len(node.args) != 2:', caught_at=2),
@@ -71,4 +91,17 @@ MUTANTS = [
     Mutant("misses_nn_relu_modules", 'MODULES = {nn.ReLU: "relu"}', "MODULES = {}", caught_at=2),
     Mutant("top_level_module_names_only", "return MODULES.get(type(modules.get(node.target)))",
            'return MODULES.get(type(getattr(modules[""], node.target, None)))', caught_at=4),
+]
+
+VARIANTS = [
+    # Where only the dtype differs (int * 1.0, int / 1, bool * 1, half * float32 ones), x.to(dtype) is exact:
+    # Inductor's remove_no_ops inserts prims.convert_element_type the same way.
+    Variant("converts_promoted_dtypes", "        if replacement is None or not same_tensor_type(node, replacement):\n",
+            "        if (replacement is not None and replacement is identity_operand(node, modules) and meta(node)\n"
+            "                and meta(replacement) and meta(node).shape == meta(replacement).shape\n"
+            "                and meta(node).dtype != meta(replacement).dtype):\n"
+            "            with graph.inserting_before(node):\n"
+            "                replacement = graph.call_method(\"to\", (replacement, meta(node).dtype))\n"
+            "            replacement.meta = dict(node.meta)\n"
+            "        if replacement is None or not same_tensor_type(node, replacement):\n"),
 ]
