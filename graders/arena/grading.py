@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -109,6 +111,19 @@ def make_grader(cluster: str | None) -> Grader:
     return FleetGrader(cluster)
 
 
+def stop_children() -> None:
+    """Kill the process group of each child process that leads its own (run_katas starts each grading
+    process in a session of its own), by id."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            if int(fields[1]) == os.getpid() and int(fields[2]) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
 class GradingQueue:
     """Background threads that grade queued submissions, oldest first; `changed()` is called after every
     stored result (the pages' live updates follow the database, so they need nothing from here)."""
@@ -131,8 +146,11 @@ class GradingQueue:
             self.workers.append(worker)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop grading: the grading processes this server started are killed (their submissions stay
+        `running` and are graded again at the next start, from the first kata without a result)."""
         self.stopping.set()
         self.wake.set()
+        stop_children()
         for worker in self.workers:
             worker.join(timeout)
         self.grader.close()
