@@ -40,7 +40,7 @@ def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, ru
         "01_linear_relu/solution.py": solution("01_linear_relu"), "conftest.py": b"raise SystemExit"}))
     assert done.returncode == 0, done.stderr
     assert "Submission 1 acknowledged for team Alpha: 01_linear_relu/solution.py." in done.stdout
-    assert "  01_linear_relu: 80.0 points (L1 20/20, L2 40/40, L4 20/20)" in done.stdout  # L3 off
+    assert "  01_linear_relu: 80.0 points (L1 20/20, L2 40/40, L3 0/20, L4 20/20)" in done.stdout  # L3 off
     assert "Team Alpha: 80.0 points, rank 1 of 1." in done.stdout
 
     done = score_submit(server.url, beta, tree(tmp_path / "beta", {"01_linear_relu/solution.py": NO_OP_01.encode()}))
