@@ -119,7 +119,7 @@ def retry_after(db: Database, session, team: Team, competition) -> int | None:
     return max(1, math.ceil((recent[0] - since).total_seconds()))
 
 
-def store_submission(db: Database, token: str | None, files: dict[str, bytes] | None, parse) -> dict:
+def store_submission(db: Database, token: str | None, parse) -> dict:
     """Authenticate, check the window and the rate limit, keep only solution files, and store the row and
     its files in one transaction; the id is returned (acknowledged) only after the commit."""
     with _submit_lock, db.session() as session:
@@ -214,7 +214,7 @@ async def post_submission(request: Request):
     started = time.perf_counter()
     form_token, parse = await read_upload(request)
     db = db_of(request)
-    ack = await run_in_threadpool(store_submission, db, bearer(request) or form_token, None, parse)
+    ack = await run_in_threadpool(store_submission, db, bearer(request) or form_token, parse)
     request.app.state.queue.wake.set()
     ack["ack_seconds"] = round(time.perf_counter() - started, 4)
     return JSONResponse(ack, status_code=201, headers={"Location": f"/api/submissions/{ack['id']}"})

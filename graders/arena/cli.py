@@ -1,7 +1,7 @@
 """The arena.py commands (graders/arena.py is the entry point); each takes --db URL.
 
     uv run graders/arena.py create --kata 03_conv_bn --kata 04_dce --closes 2026-12-01T18:00 --rate 5/600
-    uv run graders/arena.py team add "Team Name"      # prints the team's token, once
+    uv run graders/arena.py team add "Team A" "Team B" # prints each team's token, once
     uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tcp://HOST:8786]
     uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
 
@@ -66,8 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     create.add_argument("--no-speed", action="store_true", help="grade without the speed level (L3)")
     team = commands.add_parser("team", help="teams")
     team_commands = team.add_subparsers(dest="team_command", required=True)
-    add = team_commands.add_parser("add", parents=[common], help="add a team; prints its token once (only a hash is kept)")
-    add.add_argument("name")
+    add = team_commands.add_parser("add", parents=[common], help="add teams; prints each one's token once (only a hash is kept)")
+    add.add_argument("name", nargs="+", help="a team's name (several: one team each)")
     close = commands.add_parser("close", parents=[common], help="close: export results/ and LEADERBOARD.md, publish the seed")
     close.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     close.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md")
@@ -168,5 +168,5 @@ def main(argv=None) -> int:
     if args.command == "create":
         return create(db, args)
     if args.command == "team":
-        return add_team(db, args.name)
+        return max(add_team(db, name) for name in args.name)
     return close(db, args)

@@ -37,6 +37,7 @@ from graders.isolation.scan import scan_source
 
 log = logging.getLogger("arena")
 OnResult = Callable[[str, str, dict], None]
+MAX_ATTEMPTS = 3  # gradings of one submission that the backend may fail (raise) before its katas count as failed
 
 
 class Grader(Protocol):
@@ -175,8 +176,9 @@ class GradingQueue:
                 continue
             try:
                 self.grade(sid)
-            except Exception:  # the submission stays `running`; a restart queues it again
+            except Exception as exc:
                 log.exception("grading submission %s failed", sid)
+                self.failed(sid, exc)
 
     def grade(self, sid: int) -> None:
         with self.db.session() as session:
@@ -201,6 +203,24 @@ class GradingQueue:
                     status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
             else:  # the backend returned without some kata: queue it again rather than lose it
                 session.execute(update(Submission).where(Submission.id == sid).values(status="queued"))
+
+    def failed(self, sid: int, exc: Exception) -> None:
+        """The backend raised: queue the submission again, up to MAX_ATTEMPTS gradings; then its katas
+        without a result get a failed grading (points 0, the reason), so the queue never sticks on it."""
+        with self.db.session() as session:
+            submission = session.get(Submission, sid)
+            attempts, katas = submission.attempts, list(submission.katas)
+            done = set(session.scalars(select(KataResult.kata).where(KataResult.submission_id == sid)))
+            if attempts < MAX_ATTEMPTS:
+                submission.status = "queued"
+                return
+        for kata in katas:
+            if kata not in done:
+                self.store(sid, kata, failed_grading("crashed", f"the grading backend failed {attempts} times: {exc}"))
+        with self.db.session() as session:
+            results = session.scalars(select(KataResult).where(KataResult.submission_id == sid)).all()
+            session.execute(update(Submission).where(Submission.id == sid).values(
+                status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
 
     def store(self, sid: int, kata: str, summary: dict, files: dict[str, bytes] | None = None) -> None:
         summary = dict(summary)

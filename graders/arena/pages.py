@@ -178,7 +178,7 @@ async def submit_form(request: Request):
     so the submission's page shows the team its sentences."""
     try:
         token, parse = await read_upload(request)
-        ack = await run_in_threadpool(store_submission, db_of(request), token, None, parse)
+        ack = await run_in_threadpool(store_submission, db_of(request), token, parse)
     except HTTPException as exc:
         return page("Submission refused", f"<p>{e(str(exc.detail))}</p><p><a href='/'>back</a></p>", exc.status_code)
     request.app.state.queue.wake.set()
