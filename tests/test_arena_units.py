@@ -119,3 +119,36 @@ def test_a_graph_table_drawn_as_svg():
     assert picture.startswith("<svg") and picture.count("<rect") == 4 and "call_function: relu<" in picture
     assert picture.count("marker-end") == 3  # x -> lin -> relu -> output
     assert "<x>" not in svg(after, "after")
+
+
+def test_a_timing_has_the_machine_to_itself():
+    lock, events = grading.MachineLock(), []
+    import threading
+    import time
+
+    def correctness(n):
+        with lock.shared():
+            events.append(("start", n))
+            time.sleep(0.2)
+            events.append(("end", n))
+
+    def timing():
+        with lock.exclusive():
+            events.append(("timing start", None))
+            time.sleep(0.1)
+            events.append(("timing end", None))
+
+    first = [threading.Thread(target=correctness, args=(n,)) for n in range(2)]
+    for t in first:
+        t.start()
+    time.sleep(0.05)
+    timer = threading.Thread(target=timing)
+    timer.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=correctness, args=(2,))  # arrives while the timing waits: goes after it
+    late.start()
+    for t in [*first, timer, late]:
+        t.join(5)
+    order = [kind for kind, _ in events]
+    start, end = order.index("timing start"), order.index("timing end")
+    assert end == start + 1 and order[:start].count("end") == 2 and events[end + 1] == ("start", 2)

@@ -23,6 +23,7 @@ import os
 import signal
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -30,7 +31,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from graders.arena.db import Database, KataResult, Submission, SubmittedFile, Team, now
-from graders.batch.processes import run_katas
+from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
 from graders.batch.summary import failed_grading, summarise
 from graders.competition.organiser import apply_scan, device_name
 from graders.isolation.scan import scan_source
@@ -54,12 +55,50 @@ def stage(files: dict[str, bytes], root: Path) -> Path:
     return root
 
 
+class MachineLock:
+    """Shared by correctness grading, exclusive while a speed level is graded: with several grading
+    threads, no timing shares the machine with other grading (as organiser mode's speed phase runs
+    alone). A waiting timing holds back new shared holders, so it is not starved."""
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.shared_holders, self.exclusive_held, self.exclusive_waiting = 0, False, 0
+
+    @contextmanager
+    def shared(self):
+        with self.condition:
+            self.condition.wait_for(lambda: not self.exclusive_held and not self.exclusive_waiting)
+            self.shared_holders += 1
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.shared_holders -= 1
+                self.condition.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        with self.condition:
+            self.exclusive_waiting += 1
+            self.condition.wait_for(lambda: not self.exclusive_held and not self.shared_holders)
+            self.exclusive_waiting -= 1
+            self.exclusive_held = True
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.exclusive_held = False
+                self.condition.notify_all()
+
+
 class LocalGrader:
     """Grades kata by kata in pytest subprocesses of this machine (graders.batch.processes.run_katas), the
-    solution code only in sandboxed workers (--isolate), as organiser mode does."""
+    solution code only in sandboxed workers (--isolate), as organiser mode does: the correctness levels
+    first, then the speed level with the machine to itself (MachineLock)."""
 
     def __init__(self, *, device: str = "cpu", kata_timeout: float = 900.0, kata_memory: float = 8.0):
         self.device, self.kata_timeout, self.kata_memory = device, kata_timeout, kata_memory
+        self.machine = MachineLock()
 
     def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
         args = argparse.Namespace(device=self.device, threads=1, no_speed=not speed, isolate=True,
@@ -68,9 +107,13 @@ class LocalGrader:
         with tempfile.TemporaryDirectory(prefix="arena-") as tmp:
             tree = stage(files, Path(tmp))
             for kata in katas:
-                outcomes, _ = run_katas([kata], tree, args, seed, None, 1)
-                outcome = outcomes[kata]
-                summary = outcome if isinstance(outcome, dict) else summarise(kata, outcome)
+                with self.machine.shared():
+                    outcomes = [run_katas([kata], tree, args, seed, CORRECTNESS_LEVELS if speed else None, 1)[0][kata]]
+                if speed:
+                    with self.machine.exclusive():
+                        outcomes.append(run_katas([kata], tree, args, seed, SPEED_LEVELS, 1)[0][kata])
+                failed = next((o for o in outcomes if isinstance(o, dict)), None)
+                summary = failed or summarise(kata, [r for o in outcomes for r in o])
                 summary["machine"] = device_name(self.device)
                 graded[kata] = summary
                 if on_result:
