@@ -3,7 +3,6 @@ downloaded browser). The board is open; a team submits through the CLI; its row 
 change on the open page, without a reload; then a team submits through the page's upload form."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +86,12 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
         server.stop()
 
 
+
+
+def test_without_the_browser_the_skip_names_what_is_missing(monkeypatch, tmp_path):
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "CHROMIUM", tmp_path / "chromium")
+    assert browser_missing().startswith(f"Debian's chromium is missing: {tmp_path / 'chromium'} does not exist")
+    monkeypatch.setattr(module, "CHROMIUM", Path(sys.executable))  # present; now the package is not
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)
+    assert browser_missing() == "the playwright package is missing (`uv sync` installs the dev group)"
