@@ -248,3 +248,14 @@ def test_the_seed_is_in_no_response_before_the_close(secure):
     with urllib.request.urlopen(server.url + "/events", timeout=10) as events:  # a long stream: its first events
         first = b"".join(events.readline() for _ in range(4))
     assert b"event: board" in first and seed.encode() not in first
+
+
+def test_after_the_closing_time_submissions_are_refused(tmp_path, running):
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    create(db, "--kata", "04_dce", "--closes", "2020-01-01T00:00")
+    team = add_team(db, "Late")
+    server = running(db, "--grading-threads", "0")
+    refused = server.submit(team, good_tar())
+    assert refused.status == 403 and "closed" in refused.text
+    page = server.get("/").text
+    assert "closed for submissions since 2020-01-01T00:00:00Z UTC" in page and "id='upload'" not in page

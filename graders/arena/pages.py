@@ -9,6 +9,7 @@ May import: graders.frame, graders.arena (api, graphs, uploads).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import html
 import json
 import time
@@ -99,7 +100,9 @@ def board_page(request: Request):
     except HTTPException:
         return page("fx-katas arena", "<p>No competition yet: the organiser runs <code>arena.py create</code>.</p>")
     head = "".join(f"<th><a href='/katas/{e(k)}'>{e(k.split('_')[0])}</a></th>" for k in board["katas"])
-    state = "closed" if info["closed"] else f"open{' until ' + e(info['closes_at']) + ' UTC' if info['closes_at'] else ''}"
+    past = bool(info["closes_at"]) and info["closes_at"] <= datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    state = ("closed" if info["closed"] else f"closed for submissions since {e(info['closes_at'])} UTC" if past
+             else f"open{' until ' + e(info['closes_at']) + ' UTC' if info['closes_at'] else ''}")
     seed = f"<p>The seed was {info['seed']}.</p>" if info.get("seed") is not None else ""
     body = (f"<p>Competition <span id='state'>{state}</span>; katas {e(', '.join(board['katas']))}; "
             f"updated <span id='updated'>now</span>.</p>{seed}"
@@ -107,7 +110,7 @@ def board_page(request: Request):
             f"</tr></thead><tbody id='rows'>{board_rows(board)}</tbody></table>"
             "<p>Rank by points, then by the geometric mean of the speed levels' speedups (each capped at twice "
             "its kata's threshold).</p>"
-            + ("" if info["closed"] else upload_form(board["katas"])) + BOARD_SCRIPT % json.dumps(board["katas"]))
+            + ("" if info["closed"] or past else upload_form(board["katas"])) + BOARD_SCRIPT % json.dumps(board["katas"]))
     return page("fx-katas arena: live board", body)
 
 
