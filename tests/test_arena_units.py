@@ -152,3 +152,16 @@ def test_a_timing_has_the_machine_to_itself():
     order = [kind for kind, _ in events]
     start, end = order.index("timing start"), order.index("timing end")
     assert end == start + 1 and order[:start].count("end") == 2 and events[end + 1] == ("start", 2)
+
+
+def test_score_submit_needs_a_token_and_says_when_the_arena_cannot_be_reached(monkeypatch, capsys, tmp_path):
+    from arena_support import free_port
+    from graders.arena.client import submit
+    from graders.cli.score import parse_args
+
+    monkeypatch.delenv("ARENA_TOKEN", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(["--submit", "http://127.0.0.1:1"])
+    assert "--submit needs the team's token" in capsys.readouterr().err
+    assert submit(f"http://127.0.0.1:{free_port()}", "token", tmp_path, timeout=5) == 1
+    assert "Refused: cannot reach" in capsys.readouterr().err
