@@ -165,3 +165,21 @@ def test_score_submit_needs_a_token_and_says_when_the_arena_cannot_be_reached(mo
     assert "--submit needs the team's token" in capsys.readouterr().err
     assert submit(f"http://127.0.0.1:{free_port()}", "token", tmp_path, timeout=5) == 1
     assert "Refused: cannot reach" in capsys.readouterr().err
+
+
+def test_a_server_stopping_mid_grading_stores_no_verdict_from_the_processes_it_killed(tmp_path):
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, None, threads=0)
+
+    class Stopped(FakeGrader):
+        def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+            on_result(team, katas[0], {"status": "graded", "points": 50.0, "checks": []})
+            queue.stopping.set()  # the server stops; its grading processes are killed: they "crash"
+            on_result(team, katas[1], {"status": "crashed", "points": 0.0, "checks": []})
+            return {}
+
+    queue.grader = Stopped()
+    queue.grade(queue.claim())
+    with db.session() as session:
+        assert session.get(Submission, 1).status == "running"  # graded again at the next start
+        assert [r.kata for r in session.query(KataResult)] == ["01_linear_relu"]

@@ -239,6 +239,8 @@ class GradingQueue:
         if todo:
             self.grader.grade(team, files, todo, seed, speed=speed,
                               on_result=lambda _team, kata, summary: self.store(sid, kata, summary, files))
+        if self.stopping.is_set():  # stopped mid-grading: left `running`, graded again at the next start
+            return
         with self.db.session() as session:
             results = session.scalars(select(KataResult).where(KataResult.submission_id == sid)).all()
             if {r.kata for r in results} >= set(katas):
@@ -266,6 +268,9 @@ class GradingQueue:
                 status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
 
     def store(self, sid: int, kata: str, summary: dict, files: dict[str, bytes] | None = None) -> None:
+        if self.stopping.is_set():  # a kata whose grading process this server just killed: not a verdict
+            log.warning("submission %s kata %s: stopping, its result is not stored", sid, kata)
+            return
         summary = dict(summary)
         source = (files or {}).get(f"{kata}/solution.py")
         if source is not None:  # the static scan reads the source as text; it never runs it
