@@ -22,16 +22,25 @@ MAY_IMPORT = {
     "dev": {"frame", "run"},
     "learner": {"frame", "isolation", "run", "batch"},
     "competition": {"frame", "isolation", "batch"},
-    "cli": {"frame", "isolation", "batch", "learner", "competition"},
-    "": {"cli", "learner", "isolation", "dev"},  # the entry points graders/score.py, watch.py, scan.py, devcheck.py
+    # The live competition service, a layer above competition: its web application, database and grading
+    # queue; the team client in it is what cli dispatches `score.py --submit` to.
+    "arena": {"frame", "isolation", "batch", "competition"},
+    "cli": {"frame", "isolation", "batch", "learner", "competition", "arena"},
+    "": {"cli", "learner", "isolation", "dev", "arena"},  # the entry points graders/score.py, watch.py, scan.py, devcheck.py, arena.py
 }
 MAX_LINES = 500
+
+
+ENTRY_POINT = "graders/"  # an entry point script's key: its path, so graders/arena.py is not the package graders.arena
 
 
 @functools.cache
 def modules() -> dict[str, Path]:
     found = {}
     for path in sorted(GRADERS.rglob("*.py")):
+        if path.parent == GRADERS and path.name != "__init__.py":
+            found[ENTRY_POINT + path.name] = path
+            continue
         parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -64,6 +73,8 @@ def resolved(target: str, known: dict[str, Path]) -> str | None:
 
 
 def layer(module: str) -> str:
+    if module.startswith(ENTRY_POINT):
+        return ""
     parts = module.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in MAY_IMPORT) else ""
 

@@ -20,8 +20,9 @@ Solution code runs only in sandboxed worker processes (graders/isolation/, --iso
 process never imports it and trusts only the data the workers send back.
 
 The command line (graders/score.py is its entry point): arguments, and the dispatch between a learner's
-run (graders.learner) and an organiser's (graders.competition). May import: everything below it
-(graders.learner, graders.competition, graders.batch, graders.isolation, graders.frame).
+run (graders.learner), an organiser's (graders.competition) and a team's upload to a live competition
+(--submit URL --token TOKEN: graders.arena.client). May import: everything below it (graders.arena,
+graders.learner, graders.competition, graders.batch, graders.isolation, graders.frame).
 """
 from __future__ import annotations
 
@@ -76,9 +77,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds one kata may take in all before it is stopped (default 900)")
     parser.add_argument("--kata-memory", type=float, default=8.0, metavar="GB",
                         help="address space one kata's grading process may use (default 8 GiB)")
+    parser.add_argument("--submit", metavar="URL",
+                        help="live competition: upload the tree's NN_name/solution.py files to the arena at URL, "
+                             "follow the grading and print the team's points and rank (with --token)")
+    parser.add_argument("--token", default=os.environ.get("ARENA_TOKEN"),
+                        help="the team's token for --submit (default: env ARENA_TOKEN)")
+    parser.add_argument("--follow-timeout", type=float, default=3600.0, metavar="S", help=argparse.SUPPRESS)
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results", help=argparse.SUPPRESS)
     parser.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.submit is not None:
+        if not args.token:
+            parser.error("--submit needs the team's token: --token TOKEN (or env ARENA_TOKEN)")
+        if args.submissions is not None or args.team:
+            parser.error("--submit uploads one tree: it takes neither --submissions nor --team")
     if args.submissions is not None:
         if args.team or "--solutions" in (argv if argv is not None else sys.argv):
             parser.error("--submissions grades every team folder: it takes neither --solutions nor --team")
@@ -99,6 +111,10 @@ def main(argv=None) -> int:
     if args.hint:
         print(next_hint(args.hint))
         return 0
+    if args.submit:
+        from graders.arena.client import submit  # the live competition's client: no grading here
+
+        return submit(args.submit, args.token, args.solutions, args.follow_timeout)
     seed = resolve_seed(args.seed)
     selected = args.kata or list(KATAS)
     available = [k for k in selected if is_available(k)]

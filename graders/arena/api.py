@@ -1,0 +1,273 @@
+"""The JSON API behind every page (the team client uses it), under /api/, the token as
+`Authorization: Bearer TOKEN`; and the one path every upload takes (API and the page's form alike).
+
+    GET  /api/competition               katas, closing time, rate limit; the seed only after the close
+    GET  /api/board                     the ranked rows (graders.competition.ranking)
+    GET  /api/katas/{kata}              the ranking for one kata
+    GET  /api/teams/{name}              a team's submission history
+    GET  /api/me                        (team) the team's row and rank
+    POST /api/submissions               (team) upload: a tar archive, or multipart files named by path
+    GET  /api/submissions/{id}          points per kata and level; sentences for the team (all after the close)
+    GET  /api/submissions/{id}/files    (team or organiser) the uploaded code
+    GET  /api/admin/submissions         (organiser) every submission and its state
+    POST /api/admin/teams               (organiser) {"name": ...}: adds a team, returns its token once
+
+May import: graders.frame, graders.arena (db, uploads, board).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from datetime import timedelta
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from graders.arena import uploads
+from graders.arena.board import iso, redact_summary, results_of, standings
+from graders.arena.db import Database, Submission, SubmittedFile, Team, new_token, now, token_hash
+
+router = APIRouter(prefix="/api")
+_submit_lock = threading.Lock()  # the rate limit's count and the insert are one step
+
+
+def db_of(request: Request) -> Database:
+    return request.app.state.db
+
+
+def bearer(request: Request, cookie: bool = False) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.cookies.get("arena_token") if cookie else None
+
+
+def competition_or_404(db: Database, session):
+    competition = db.competition(session)
+    if competition is None:
+        raise HTTPException(404, "no competition yet: the organiser runs `arena.py create`")
+    return competition
+
+
+def competition_json(db: Database) -> dict:
+    with db.session() as session:
+        c = competition_or_404(db, session)
+        teams = session.scalar(select(func.count(Team.id)))
+        out = {"katas": c.katas, "closes_at": iso(c.closes_at), "closed": c.closed, "speed": c.speed,
+               "rate_limit": {"submissions": c.rate_limit, "per_seconds": c.rate_window}, "teams": teams,
+               "max_upload_bytes": uploads.MAX_UPLOAD_BYTES, "max_files": uploads.MAX_FILES}
+        if c.closed:
+            out["seed"] = c.seed  # published at the close, never before
+        return out
+
+
+def board_json(db: Database, kata: str | None = None) -> dict:
+    with db.session() as session:
+        c = competition_or_404(db, session)
+        if kata is not None and kata not in c.katas:
+            raise HTTPException(404, f"no kata {kata!r} in this competition")
+        return {"closed": c.closed, "katas": c.katas, "kata": kata, "rows": standings(session, c, kata)}
+
+
+def team_json(db: Database, name: str, token: str | None) -> dict:
+    with db.session() as session:
+        c = competition_or_404(db, session)
+        team = session.scalars(select(Team).where(Team.name == name)).first()
+        if team is None:
+            raise HTTPException(404, "no such team")
+        mine = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
+        history = [{"id": s.id, "created": iso(s.created), "status": s.status, "katas": s.katas,
+                    "points": s.total_points if s.status == "graded" or mine else None, "graded_at": iso(s.graded_at)}
+                   for s in session.scalars(select(Submission).where(Submission.team_id == team.id).order_by(Submission.id.desc()))]
+        row = next((r for r in standings(session, c) if r["team"] == name), None)
+        return {"team": name, "row": row, "submissions": history, "closed": c.closed}
+
+
+def submission_json(db: Database, sid: int, token: str | None) -> dict:
+    """What this reader may see of submission `sid`: its team and the organiser everything but the seed;
+    others its points once graded (and the sentences after the close), never its code."""
+    with db.session() as session:
+        c = competition_or_404(db, session)
+        s = session.get(Submission, sid)
+        if s is None:
+            raise HTTPException(404, "no such submission")
+        team = session.get(Team, s.team_id)
+        owner = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
+        results = results_of(session, sid)
+        visible = owner or s.status == "graded"
+        katas = {k: redact_summary(r, closed=c.closed, detailed=owner) for k, r in results.items()} if visible else {}
+        row = next((r for r in standings(session, c) if r["team"] == team.name), None)
+        return {"id": s.id, "team": team.name, "status": s.status, "created": iso(s.created), "katas_graded": katas,
+                "katas": s.katas, "graded": len(results), "total_points": s.total_points if visible else None,
+                "files": [f.path for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))] if owner else None,
+                "attempts": s.attempts if owner else None, "rank": row["rank"] if row else None,
+                "team_points": row["points"] if row else None, "of": len(standings(session, c)), "mine": owner,
+                "closed": c.closed}
+
+
+def retry_after(db: Database, session, team: Team, competition) -> int | None:
+    """Seconds until the team may submit again, or None when it may now."""
+    since = now() - timedelta(seconds=competition.rate_window)
+    recent = session.scalars(select(Submission.created).where(Submission.team_id == team.id, Submission.created > since)
+                             .order_by(Submission.created)).all()
+    if len(recent) < competition.rate_limit:
+        return None
+    return max(1, math.ceil((recent[0] - since).total_seconds()))
+
+
+def store_submission(db: Database, token: str | None, parse) -> dict:
+    """Authenticate, check the window and the rate limit, keep only solution files, and store the row and
+    its files in one transaction; the id is returned (acknowledged) only after the commit."""
+    with _submit_lock, db.session() as session:
+        team = db.team_by_token(session, token)
+        if team is None:
+            raise HTTPException(401, "unknown token: use the team token `arena.py team add` printed",
+                                headers={"WWW-Authenticate": "Bearer"})
+        c = competition_or_404(db, session)
+        if c.closed or (c.closes_at and now() >= c.closes_at):
+            raise HTTPException(403, "the competition is closed: no more submissions")
+        wait = retry_after(db, session, team, c)
+        if wait is not None:
+            raise HTTPException(429, f"rate limit: {c.rate_limit} submissions per {c.rate_window:g}s; "
+                                     f"try again in {wait}s", headers={"Retry-After": str(wait)})
+        try:
+            kept = parse(c.katas)
+        except uploads.UploadRefused as exc:
+            raise HTTPException(exc.status, str(exc)) from None
+        submission = Submission(team_id=team.id, katas=list(c.katas), files_hash=uploads.files_hash(kept), created=now())
+        session.add(submission)
+        session.flush()
+        session.add_all(SubmittedFile(submission_id=submission.id, path=p, content=b) for p, b in kept.items())
+        sid, team_name = submission.id, team.name
+    return {"id": sid, "team": team_name, "status": "queued", "files": sorted(kept), "katas": list(c.katas)}
+
+
+async def read_upload(request: Request) -> tuple[str | None, object]:
+    """The body within the cap (413 before reading when Content-Length is over it), and a parser for it:
+    (the token a form carried, parse(katas) -> files)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > uploads.MAX_UPLOAD_BYTES):
+        raise HTTPException(413, f"upload over {uploads.MAX_UPLOAD_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > uploads.MAX_UPLOAD_BYTES:
+            raise HTTPException(413, f"upload over {uploads.MAX_UPLOAD_BYTES} bytes")
+    request._body = bytes(body)  # request.form() reads the body kept here
+    kind = request.headers.get("content-type", "")
+    if kind.startswith("multipart/form-data"):
+        try:
+            form = await request.form(max_files=uploads.MAX_FILES, max_fields=uploads.MAX_FILES + 4)
+        except Exception as exc:
+            raise HTTPException(413 if "Too many" in str(exc) else 400, f"unreadable form: {exc}") from None
+        parts = []
+        for key, value in form.multi_items():
+            if hasattr(value, "read"):
+                data = await value.read()
+                name = key if key not in ("file", "files", "archive") else (value.filename or "")
+                if key == "archive" and data:
+                    return form.get("token") or None, lambda katas, d=data: uploads.from_tar(d, katas)
+                parts.append((name, data))
+        token = form.get("token")
+        return (token if isinstance(token, str) and token else None), lambda katas: uploads.from_parts(parts, katas)
+    data = bytes(body)
+    return None, lambda katas: uploads.from_tar(data, katas)
+
+
+@router.get("/competition")
+def get_competition(request: Request):
+    return competition_json(db_of(request))
+
+
+@router.get("/board")
+def get_board(request: Request):
+    return board_json(db_of(request))
+
+
+@router.get("/katas/{kata}")
+def get_kata_board(request: Request, kata: str):
+    return board_json(db_of(request), kata)
+
+
+@router.get("/teams/{name}")
+def get_team(request: Request, name: str):
+    return team_json(db_of(request), name, bearer(request))
+
+
+@router.get("/me")
+def get_me(request: Request):
+    db = db_of(request)
+    with db.session() as session:
+        team = db.team_by_token(session, bearer(request))
+        if team is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        name = team.name
+    return team_json(db, name, bearer(request))
+
+
+@router.post("/submissions", status_code=201)
+async def post_submission(request: Request):
+    started = time.perf_counter()
+    form_token, parse = await read_upload(request)
+    db = db_of(request)
+    ack = await run_in_threadpool(store_submission, db, bearer(request) or form_token, parse)
+    request.app.state.queue.wake.set()
+    ack["ack_seconds"] = round(time.perf_counter() - started, 4)
+    return JSONResponse(ack, status_code=201, headers={"Location": f"/api/submissions/{ack['id']}"})
+
+
+@router.get("/submissions/{sid}")
+def get_submission(request: Request, sid: int):
+    return submission_json(db_of(request), sid, bearer(request))
+
+
+@router.get("/submissions/{sid}/files")
+def get_files(request: Request, sid: int):
+    db, token = db_of(request), bearer(request)
+    with db.session() as session:
+        s = session.get(Submission, sid)
+        if s is None:
+            raise HTTPException(404, "no such submission")
+        team = session.get(Team, s.team_id)
+        if not (db.is_organiser(session, token) or (token and team.token_hash == token_hash(token))):
+            raise HTTPException(403, "only the submission's team and the organiser read its code")
+        return {f.path: f.content.decode(errors="replace")
+                for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))}
+
+
+def organiser_only(request: Request, session) -> None:
+    if not db_of(request).is_organiser(session, bearer(request)):
+        raise HTTPException(403, "organiser endpoints need the organiser's token (printed by `arena.py create`)")
+
+
+@router.get("/admin/submissions")
+def admin_submissions(request: Request):
+    db = db_of(request)
+    with db.session() as session:
+        organiser_only(request, session)
+        teams = {t.id: t.name for t in session.scalars(select(Team))}
+        return [{"id": s.id, "team": teams[s.team_id], "status": s.status, "attempts": s.attempts,
+                 "created": iso(s.created), "graded": len(results_of(session, s.id)), "points": s.total_points}
+                for s in session.scalars(select(Submission).order_by(Submission.id))]
+
+
+@router.post("/admin/teams", status_code=201)
+async def admin_add_team(request: Request):
+    payload = await request.json()
+    db = db_of(request)
+    name = str(payload.get("name", "")).strip()
+    if not name or len(name) > 100:
+        raise HTTPException(400, "a team name has 1 to 100 characters")
+    with db.session() as session:
+        organiser_only(request, session)
+    token = new_token()
+    try:
+        with db.session() as session:
+            session.add(Team(name=name, token_hash=token_hash(token)))
+    except IntegrityError:
+        raise HTTPException(409, f"a team named {name!r} exists already") from None
+    return {"team": name, "token": token}

@@ -1,0 +1,172 @@
+"""The arena.py commands (graders/arena.py is the entry point); each takes --db URL.
+
+    uv run graders/arena.py create --kata 03_conv_bn --kata 04_dce --closes 2026-12-01T18:00 --rate 5/600
+    uv run graders/arena.py team add "Team A" "Team B" # prints each team's token, once
+    uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tcp://HOST:8786]
+    uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
+
+May import: graders.frame, graders.arena (db, grading, app, board).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from graders.arena.db import DEFAULT_DB, Competition, Database, Submission, Team, new_token, token_hash
+from graders.frame.catalogue import KATAS, REPO_ROOT
+
+
+def rate(text: str) -> tuple[int, float]:
+    count, _, seconds = text.partition("/")
+    try:
+        parsed = int(count), float(seconds or 3600)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rate {text!r}: N/SECONDS, e.g. 5/600") from None
+    if parsed[0] < 1 or parsed[1] <= 0:
+        raise argparse.ArgumentTypeError("--rate: at least 1 submission per a positive number of seconds")
+    return parsed
+
+
+def moment(text: str) -> datetime.datetime:
+    try:
+        parsed = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--closes {text!r}: a time such as 2026-12-01T18:00 (UTC)") from None
+    return parsed.astimezone(datetime.timezone.utc).replace(tzinfo=None) if parsed.tzinfo else parsed
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="arena.py", description="Live competitions: submissions, grading, live board.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=DEFAULT_DB, metavar="URL",
+                        help=f"SQLAlchemy database URL (default {DEFAULT_DB}; PostgreSQL: postgresql://...)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", parents=[common], help="the web service: live board at /, team API at /api/")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--cluster", metavar="ADDRESS",
+                       help="grade on this Dask cluster (tcp://HOST:8786); 'none': in this machine's processes "
+                            "without Dask (default: the fleet's own local cluster where the fleet is installed)")
+    serve.add_argument("--grading-threads", type=int, default=1, metavar="N",
+                       help="submissions graded at once (default 1)")
+    create = commands.add_parser("create", parents=[common], help="create the competition; prints the organiser's token")
+    create.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA", help="a kata (repeatable; default all)")
+    create.add_argument("--closes", type=moment, metavar="TIME", help="closing time, UTC (e.g. 2026-12-01T18:00); "
+                        "submissions stop then, `close` exports")
+    create.add_argument("--rate", type=rate, default=(10, 3600.0), metavar="N/SECONDS",
+                        help="at most N submissions per team in any SECONDS (default 10/3600)")
+    create.add_argument("--no-speed", action="store_true", help="grade without the speed level (L3)")
+    team = commands.add_parser("team", help="teams")
+    team_commands = team.add_subparsers(dest="team_command", required=True)
+    add = team_commands.add_parser("add", parents=[common], help="add teams; prints each one's token once (only a hash is kept)")
+    add.add_argument("name", nargs="+", help="a team's name (several: one team each)")
+    close = commands.add_parser("close", parents=[common], help="close: export results/ and LEADERBOARD.md, publish the seed")
+    close.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
+    close.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md")
+    close.add_argument("--wait", type=float, default=3600.0, metavar="S",
+                       help="seconds to wait for gradings still queued or running (default 3600)")
+    return parser.parse_args(argv)
+
+
+def create(db: Database, args) -> int:
+    with db.session() as session:
+        if db.competition(session) is not None:
+            print(f"{db.url} holds a competition already; use another --db for a new one.", file=sys.stderr)
+            return 1
+        token = new_token()
+        katas = args.kata or list(KATAS)
+        session.add(Competition(katas=katas, closes_at=args.closes, rate_limit=args.rate[0], rate_window=args.rate[1],
+                                speed=not args.no_speed, seed=random.SystemRandom().randrange(2**31),
+                                organiser_hash=token_hash(token)))
+    print(f"Created the competition in {db.url}: katas {', '.join(katas)}; "
+          f"{'closes ' + args.closes.isoformat() + ' UTC' if args.closes else 'open until `arena.py close`'}; "
+          f"at most {args.rate[0]} submissions per team per {args.rate[1]:g}s; the secret seed is kept in the database.")
+    print(f"Organiser token (shown once; only its hash is kept): {token}")
+    return 0
+
+
+def add_team(db: Database, name: str) -> int:
+    name = name.strip()
+    if not name or len(name) > 100:
+        print("a team name has 1 to 100 characters", file=sys.stderr)
+        return 1
+    token = new_token()
+    try:
+        with db.session() as session:
+            if db.competition(session) is None:
+                print("no competition yet: run `arena.py create` first", file=sys.stderr)
+                return 1
+            session.add(Team(name=name, token_hash=token_hash(token)))
+    except IntegrityError:
+        print(f"a team named {name!r} exists already", file=sys.stderr)
+        return 1
+    print(f"Team {name!r} added. Its token (shown once; only its hash is kept): {token}")
+    return 0
+
+
+def close(db: Database, args) -> int:
+    from graders.arena.board import export  # torch (for the run records' version) only here
+
+    with db.session() as session:
+        competition = db.competition(session)
+        if competition is None:
+            print("no competition in this database", file=sys.stderr)
+            return 1
+        competition.closed = True
+    print("Closed: no more submissions. Each team's last submission counts.", flush=True)
+    deadline, said = time.monotonic() + args.wait, None
+    while True:
+        with db.session() as session:
+            pending = session.scalar(select(func.count(Submission.id)).where(Submission.status != "graded"))
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            print(f"{pending} submission(s) still queued or running after {args.wait:g}s: is `arena.py serve` running? "
+                  "Run `arena.py close` again once they are graded.", file=sys.stderr)
+            return 1
+        if pending != said:
+            print(f"waiting for {pending} grading(s) to finish...", flush=True)
+            said = pending
+        time.sleep(1.0)
+    with db.session() as session:
+        competition = db.competition(session)
+        stored = export(session, competition, args.results_dir, args.leaderboard)
+        seed = competition.seed
+    for path in stored:
+        print(f"Stored {path}.")
+    print(f"Wrote {args.leaderboard}.")
+    print(f"The seed was {seed}: teams reproduce their hidden models with `score.py --seed {seed}`.")
+    return 0
+
+
+def serve(db: Database, args) -> int:
+    import uvicorn
+
+    from graders.arena.app import make_app
+    from graders.arena.grading import make_grader
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = make_app(db, make_grader(args.cluster), grading_threads=args.grading_threads)
+    print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.url}).", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    db = Database(args.db)
+    if args.command == "serve":
+        return serve(db, args)
+    if args.command == "create":
+        return create(db, args)
+    if args.command == "team":
+        return max(add_team(db, name) for name in args.name)
+    return close(db, args)

@@ -1,0 +1,283 @@
+"""The grading backend and the grading queue.
+
+A backend has the shape of the fleet's `Fleet` (graders/competition/fleet.py): `grade(team, files, katas,
+seed, *, speed, on_result)` returns {kata: summary} and calls on_result(team, kata, summary) as each kata
+finishes; `close()`. `make_grader` is the one place that picks it: the fleet (a Dask cluster, its own
+LocalCluster without an address) when `--cluster` names one or the fleet is installed, else `LocalGrader`,
+which grades in pytest subprocesses on this machine. Either way solution code runs only in sandboxed
+grading workers; this process never imports it.
+
+The queue is the database: a thread takes the oldest queued (or interrupted) submission, grades the
+katas that have no result row yet and stores each result as it comes, so a server killed mid-grading
+and started again grades each remaining kata once and no kata twice.
+
+May import: graders.frame, graders.isolation (the static scan), graders.batch, graders.competition, and
+graders.arena.db.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import signal
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Protocol
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from graders.arena.db import Database, KataResult, Submission, SubmittedFile, Team, now
+from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
+from graders.batch.summary import failed_grading, summarise
+from graders.competition.organiser import apply_scan, device_name
+from graders.isolation.scan import scan_source
+
+log = logging.getLogger("arena")
+OnResult = Callable[[str, str, dict], None]
+MAX_ATTEMPTS = 3  # gradings of one submission that the backend may fail (raise) before its katas count as failed
+
+
+class Grader(Protocol):
+    def grade(self, team: str, files: dict[str, bytes], katas: list[str], seed: int, *, speed: bool = True,
+              on_result: OnResult | None = None) -> dict[str, dict]: ...
+
+    def close(self) -> None: ...
+
+
+def stage(files: dict[str, bytes], root: Path) -> Path:
+    for path, content in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(content)
+    return root
+
+
+class MachineLock:
+    """Shared by correctness grading, exclusive while a speed level is graded: with several grading
+    threads, no timing shares the machine with other grading (as organiser mode's speed phase runs
+    alone). A waiting timing holds back new shared holders, so it is not starved."""
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.shared_holders, self.exclusive_held, self.exclusive_waiting = 0, False, 0
+
+    @contextmanager
+    def shared(self):
+        with self.condition:
+            self.condition.wait_for(lambda: not self.exclusive_held and not self.exclusive_waiting)
+            self.shared_holders += 1
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.shared_holders -= 1
+                self.condition.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        with self.condition:
+            self.exclusive_waiting += 1
+            self.condition.wait_for(lambda: not self.exclusive_held and not self.shared_holders)
+            self.exclusive_waiting -= 1
+            self.exclusive_held = True
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.exclusive_held = False
+                self.condition.notify_all()
+
+
+class LocalGrader:
+    """Grades kata by kata in pytest subprocesses of this machine (graders.batch.processes.run_katas), the
+    solution code only in sandboxed workers (--isolate), as organiser mode does: the correctness levels
+    first, then the speed level with the machine to itself (MachineLock)."""
+
+    def __init__(self, *, device: str = "cpu", kata_timeout: float = 900.0, kata_memory: float = 8.0):
+        self.device, self.kata_timeout, self.kata_memory = device, kata_timeout, kata_memory
+        self.machine = MachineLock()
+
+    def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+        args = argparse.Namespace(device=self.device, threads=1, no_speed=not speed, isolate=True,
+                                  kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
+        graded = {}
+        with tempfile.TemporaryDirectory(prefix="arena-") as tmp:
+            tree = stage(files, Path(tmp))
+            for kata in katas:
+                with self.machine.shared():
+                    outcomes = [run_katas([kata], tree, args, seed, CORRECTNESS_LEVELS if speed else None, 1)[0][kata]]
+                if speed:
+                    with self.machine.exclusive():
+                        outcomes.append(run_katas([kata], tree, args, seed, SPEED_LEVELS, 1)[0][kata])
+                failed = next((o for o in outcomes if isinstance(o, dict)), None)
+                summary = failed or summarise(kata, [r for o in outcomes for r in o])
+                summary["machine"] = device_name(self.device)
+                graded[kata] = summary
+                if on_result:
+                    on_result(team, kata, summary)
+        return graded
+
+    def close(self) -> None:
+        pass
+
+
+class FleetGrader:
+    """The fleet (graders.competition.fleet.Fleet, a Dask client), imported only when used."""
+
+    def __init__(self, address: str | None = None, *, device: str = "cpu"):
+        from graders.competition.fleet import Fleet  # lazily: the fleet and Dask are needed only here
+
+        self.fleet = Fleet(address, device=device)
+
+    def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+        return self.fleet.grade(team, files, katas, seed, speed=speed, on_result=on_result)
+
+    def close(self) -> None:
+        self.fleet.close()
+
+
+def fleet_installed() -> bool:
+    try:
+        return importlib.util.find_spec("graders.competition.fleet") is not None
+    except ImportError:
+        return False
+
+
+def make_grader(cluster: str | None) -> Grader:
+    """THE switch. `--cluster none`: this machine's subprocesses. `--cluster tcp://HOST:8786`: that Dask
+    cluster. No --cluster: the fleet's own local Dask cluster where the fleet is installed, else this
+    machine's subprocesses."""
+    if cluster == "none" or (cluster is None and not fleet_installed()):
+        return LocalGrader()
+    return FleetGrader(cluster)
+
+
+def stop_children() -> None:
+    """Kill the process group of each child process that leads its own (run_katas starts each grading
+    process in a session of its own), by id."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            if int(fields[1]) == os.getpid() and int(fields[2]) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+class GradingQueue:
+    """Background threads that grade queued submissions, oldest first; `changed()` is called after every
+    stored result (the pages' live updates follow the database, so they need nothing from here)."""
+
+    def __init__(self, db: Database, grader: Grader, *, threads: int = 1):
+        self.db, self.grader, self.threads = db, grader, threads
+        self.wake, self.stopping = threading.Event(), threading.Event()
+        self.workers: list[threading.Thread] = []
+        self.claim_lock = threading.Lock()
+
+    def start(self) -> None:
+        with self.db.session() as session:  # a grading interrupted by a crash is queued again
+            interrupted = session.execute(update(Submission).where(Submission.status == "running")
+                                          .values(status="queued")).rowcount
+        if interrupted:
+            log.warning("resuming %d interrupted grading(s)", interrupted)
+        for n in range(self.threads):
+            worker = threading.Thread(target=self.loop, name=f"grading-{n}", daemon=True)
+            worker.start()
+            self.workers.append(worker)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop grading: the grading processes this server started are killed (their submissions stay
+        `running` and are graded again at the next start, from the first kata without a result)."""
+        self.stopping.set()
+        self.wake.set()
+        stop_children()
+        for worker in self.workers:
+            worker.join(timeout)
+        self.grader.close()
+
+    def claim(self) -> int | None:
+        """The oldest queued submission, marked running (atomically: one thread, one process claims it)."""
+        with self.claim_lock, self.db.session() as session:
+            for sid in session.scalars(select(Submission.id).where(Submission.status == "queued")
+                                       .order_by(Submission.id).limit(5)):
+                claimed = session.execute(update(Submission).where(Submission.id == sid, Submission.status == "queued")
+                                          .values(status="running", attempts=Submission.attempts + 1)).rowcount
+                if claimed:
+                    return sid
+        return None
+
+    def loop(self) -> None:
+        while not self.stopping.is_set():
+            sid = self.claim()
+            if sid is None:
+                self.wake.wait(1.0)
+                self.wake.clear()
+                continue
+            try:
+                self.grade(sid)
+            except Exception as exc:
+                log.exception("grading submission %s failed", sid)
+                self.failed(sid, exc)
+
+    def grade(self, sid: int) -> None:
+        with self.db.session() as session:
+            submission = session.get(Submission, sid)
+            team = session.get(Team, submission.team_id).name
+            files = {f.path: f.content for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))}
+            done = set(session.scalars(select(KataResult.kata).where(KataResult.submission_id == sid)))
+            competition = self.db.competition(session)
+            seed, speed, katas = competition.seed, competition.speed, list(submission.katas)
+        missing = [k for k in katas if k not in done]
+        absent = [k for k in missing if f"{k}/solution.py" not in files]
+        for kata in absent:  # nothing uploaded for it: no grading needed
+            self.store(sid, kata, failed_grading("not submitted", f"no {kata}/solution.py in this submission"))
+        todo = [k for k in missing if k not in absent]
+        if todo:
+            self.grader.grade(team, files, todo, seed, speed=speed,
+                              on_result=lambda _team, kata, summary: self.store(sid, kata, summary, files))
+        if self.stopping.is_set():  # stopped mid-grading: left `running`, graded again at the next start
+            return
+        with self.db.session() as session:
+            results = session.scalars(select(KataResult).where(KataResult.submission_id == sid)).all()
+            if {r.kata for r in results} >= set(katas):
+                session.execute(update(Submission).where(Submission.id == sid).values(
+                    status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
+            else:  # the backend returned without some kata: queue it again rather than lose it
+                session.execute(update(Submission).where(Submission.id == sid).values(status="queued"))
+
+    def failed(self, sid: int, exc: Exception) -> None:
+        """The backend raised: queue the submission again, up to MAX_ATTEMPTS gradings; then its katas
+        without a result get a failed grading (points 0, the reason), so the queue never sticks on it."""
+        with self.db.session() as session:
+            submission = session.get(Submission, sid)
+            attempts, katas = submission.attempts, list(submission.katas)
+            done = set(session.scalars(select(KataResult.kata).where(KataResult.submission_id == sid)))
+            if attempts < MAX_ATTEMPTS:
+                submission.status = "queued"
+                return
+        for kata in katas:
+            if kata not in done:
+                self.store(sid, kata, failed_grading("crashed", f"the grading backend failed {attempts} times: {exc}"))
+        with self.db.session() as session:
+            results = session.scalars(select(KataResult).where(KataResult.submission_id == sid)).all()
+            session.execute(update(Submission).where(Submission.id == sid).values(
+                status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
+
+    def store(self, sid: int, kata: str, summary: dict, files: dict[str, bytes] | None = None) -> None:
+        if self.stopping.is_set():  # a kata whose grading process this server just killed: not a verdict
+            log.warning("submission %s kata %s: stopping, its result is not stored", sid, kata)
+            return
+        summary = dict(summary)
+        source = (files or {}).get(f"{kata}/solution.py")
+        if source is not None:  # the static scan reads the source as text; it never runs it
+            apply_scan({kata: summary}, {kata: scan_source(source.decode(errors="replace"), f"{kata}/solution.py", kata)})
+        try:
+            with self.db.session() as session:
+                session.add(KataResult(submission_id=sid, kata=kata, points=float(summary.get("points", 0.0)),
+                                       summary=summary))
+        except IntegrityError:  # stored already (a grading resumed after it was stored): never counted twice
+            log.warning("submission %s kata %s: result stored already, kept the first", sid, kata)

@@ -1,0 +1,224 @@
+"""The pages, rendered on the server (no front-end build): the live board at `/` (it follows /events, a
+server-sent event stream, and redraws its rows from /api/board without a reload), the ranking per kata,
+a team's history, a submission's points per kata and level with the failing check's sentence and the
+graph before and after the pass drawn as SVG, and the upload form. Every text a team controls is
+HTML-escaped here (and the board's script writes rows with textContent only).
+
+May import: graders.frame, graders.arena (api, graphs, uploads).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import html
+import json
+import time
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from sqlalchemy import func, select
+
+from graders.arena.api import (bearer, board_json, competition_json, db_of, read_upload, store_submission,
+                               submission_json, team_json)
+from graders.arena.db import KataResult, Submission
+from graders.arena.graphs import split_message, svg
+from graders.frame.levels import LEVELS
+
+router = APIRouter()
+e = html.escape
+STREAM_SECONDS = 300  # an event stream ends after this; the browser's EventSource reconnects by itself
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4f4f4}.dq{color:#a00}
+.grading{color:#888;font-style:italic}pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em}
+.graphs{display:flex;gap:1em;flex-wrap:wrap}nav a{margin-right:1em}form{margin-top:1em}"""
+
+
+def page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+                        f"<style>{STYLE}</style></head><body><nav><a href='/'>board</a></nav>"
+                        f"<h1>{e(title)}</h1>{body}</body></html>", status_code=status)
+
+
+def fmt(x, pattern="{:.1f}", none="-"):
+    return pattern.format(x) if isinstance(x, (int, float)) else none
+
+
+def team_link(name: str) -> str:
+    from urllib.parse import quote
+    return f"<a href='/teams/{e(quote(name, safe=''))}'>{e(name)}</a>"
+
+
+def board_rows(board: dict) -> str:
+    rows = []
+    for r in board["rows"]:
+        cells = [str(r["rank"]), team_link(r["team"]), fmt(r["points"]),
+                 *[fmt(r["katas"].get(k), "{:.0f}") for k in board["katas"]],
+                 fmt(r["geomean_speedup"], "{:.2f}x"), "grading…" if r["grading"] else ""]
+        rows.append(f"<tr data-team='{e(r['team'])}'{' class=dq' if r['disqualified'] else ''}>"
+                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "".join(rows)
+
+
+BOARD_SCRIPT = """<script>
+const katas = %s;
+function cell(tr, text, href) { const td = document.createElement('td');
+  if (href) { const a = document.createElement('a'); a.href = href; a.textContent = text; td.appendChild(a); }
+  else td.textContent = text; tr.appendChild(td); }
+function f(x, d) { return (typeof x === 'number') ? x.toFixed(d) : '-'; }
+async function redraw() {
+  const board = await (await fetch('/api/board', {cache: 'no-store'})).json();
+  const body = document.getElementById('rows'); const fresh = document.createElement('tbody'); fresh.id = 'rows';
+  for (const r of board.rows) { const tr = document.createElement('tr'); tr.dataset.team = r.team;
+    if (r.disqualified) tr.className = 'dq';
+    cell(tr, String(r.rank)); cell(tr, r.team, '/teams/' + encodeURIComponent(r.team)); cell(tr, f(r.points, 1));
+    for (const k of katas) cell(tr, f(r.katas[k], 0));
+    cell(tr, typeof r.geomean_speedup === 'number' ? r.geomean_speedup.toFixed(2) + 'x' : '-');
+    cell(tr, r.grading ? 'grading…' : ''); fresh.appendChild(tr); }
+  body.replaceWith(fresh); document.getElementById('updated').textContent = new Date().toLocaleTimeString();
+  if (board.closed) document.getElementById('state').textContent = 'closed';
+}
+const events = new EventSource('/events');
+events.addEventListener('board', () => redraw());
+</script>"""
+
+
+def upload_form(katas: list[str]) -> str:
+    inputs = "".join(f"<label>{e(k)}/solution.py <input type='file' name='{e(k)}/solution.py' accept='.py'></label><br>"
+                     for k in katas)
+    return ("<h2>Submit</h2><form id='upload' method='post' action='/submit' enctype='multipart/form-data'>"
+            "<label>team token <input type='password' name='token' autocomplete='off'></label><br>"
+            f"{inputs}<button type='submit'>submit</button></form>")
+
+
+@router.get("/", response_class=HTMLResponse)
+def board_page(request: Request):
+    db = db_of(request)
+    try:
+        info, board = competition_json(db), board_json(db)
+    except HTTPException:
+        return page("fx-katas arena", "<p>No competition yet: the organiser runs <code>arena.py create</code>.</p>")
+    head = "".join(f"<th><a href='/katas/{e(k)}'>{e(k.split('_')[0])}</a></th>" for k in board["katas"])
+    past = bool(info["closes_at"]) and info["closes_at"] <= datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    state = ("closed" if info["closed"] else f"closed for submissions since {e(info['closes_at'])} UTC" if past
+             else f"open{' until ' + e(info['closes_at']) + ' UTC' if info['closes_at'] else ''}")
+    seed = f"<p>The seed was {info['seed']}.</p>" if info.get("seed") is not None else ""
+    body = (f"<p>Competition <span id='state'>{state}</span>; katas {e(', '.join(board['katas']))}; "
+            f"updated <span id='updated'>now</span>.</p>{seed}"
+            f"<table id='board'><thead><tr><th>rank</th><th>team</th><th>points</th>{head}<th>geomean speedup</th><th></th>"
+            f"</tr></thead><tbody id='rows'>{board_rows(board)}</tbody></table>"
+            "<p>Rank by points, then by the geometric mean of the speed levels' speedups (each capped at twice "
+            "its kata's threshold).</p>"
+            + ("" if info["closed"] or past else upload_form(board["katas"])) + BOARD_SCRIPT % json.dumps(board["katas"]))
+    return page("fx-katas arena: live board", body)
+
+
+@router.get("/katas/{kata}", response_class=HTMLResponse)
+def kata_page(request: Request, kata: str):
+    board = board_json(db_of(request), kata)
+    rows = "".join(f"<tr><td>{r['rank']}</td><td>{team_link(r['team'])}</td><td>{fmt(r['points'])}</td>"
+                   f"<td>{fmt(r['geomean_speedup'], '{:.2f}x')}</td></tr>" for r in board["rows"])
+    return page(f"{kata}: ranking", "<table><tr><th>rank</th><th>team</th><th>points</th><th>speedup (capped)</th></tr>"
+                f"{rows}</table>")
+
+
+@router.get("/teams/{name}", response_class=HTMLResponse)
+def team_page(request: Request, name: str):
+    data = team_json(db_of(request), name, bearer(request, cookie=True))
+    row = data["row"]
+    rows = "".join(f"<tr><td><a href='/submissions/{s['id']}'>#{s['id']}</a></td><td>{e(s['created'])}</td>"
+                   f"<td>{e(s['status'])}</td><td>{fmt(s['points'])}</td></tr>" for s in data["submissions"])
+    rank = f"<p>Rank {row['rank']} with {fmt(row['points'])} points.</p>" if row else ""
+    return page(f"Team {name}", f"{rank}<table><tr><th>submission</th><th>submitted (UTC)</th><th>status</th>"
+                f"<th>points</th></tr>{rows}</table>")
+
+
+def kata_section(kata: str, result: dict) -> str:
+    levels = result.get("levels") or {}
+    cells = "".join(f"<td>{fmt((levels.get(str(n)) or [None])[0])} / {fmt((levels.get(str(n)) or [None, None])[1], '{:.0f}')}</td>"
+                    for n in LEVELS)
+    out = [f"<h2>{e(kata)}: {fmt(result.get('points'))} points</h2><table><tr>"
+           + "".join(f"<th>L{n} {e(level.name)}</th>" for n, level in LEVELS.items()) + f"</tr><tr>{cells}</tr></table>"]
+    if result.get("speedup") is not None:
+        out.append(f"<p>speedup {fmt(result['speedup'], '{:.2f}x')} (threshold {fmt(result.get('speedup_threshold'), '{:.2f}x')})</p>")
+    if result.get("disqualified"):
+        out.append(f"<p class='dq'>disqualified: {e(str(result['disqualified']))}</p>")
+    if "message" in result:
+        out.append(f"<p>{e(result['message'] or '')}</p>")
+    failing = next((c for c in result.get("checks", []) if not c.get("passed") and not c.get("skipped")), None)
+    if failing:
+        sentence, before, after = split_message(failing.get("message", ""))
+        out.append(f"<h3>first failing check: L{failing['level']} {e(failing['check'])}</h3><pre>{e(sentence)}</pre>")
+        if before:
+            out.append(f"<div class='graphs'>{svg(before, 'graph before the pass')}"
+                       f"{svg(after, 'graph after the pass') if after else ''}</div>")
+    return "".join(out)
+
+
+@router.get("/submissions/{sid}", response_class=HTMLResponse)
+def submission_page(request: Request, sid: int):
+    data = submission_json(db_of(request), sid, bearer(request, cookie=True))
+    head = (f"<p>Team {team_link(data['team'])}, submitted {e(data['created'])} UTC: <b id='status'>{e(data['status'])}</b>"
+            f" ({data['graded']}/{len(data['katas'])} katas graded)"
+            + (f", {fmt(data['total_points'])} points" if data["total_points"] is not None else "") + ".</p>")
+    if not data["katas_graded"] and data["status"] != "graded":
+        head += "<p>Its results are shown to its team while it is graded, and to everyone once graded.</p>"
+    if not data["mine"] and not data["closed"]:
+        head += "<p>The failing checks' sentences are shown to the team (and to everyone after the close).</p>"
+    elif not data["closed"]:
+        head += "<p>Level 4's checks read only passed or failed until the close, so the hidden models stay secret.</p>"
+    body = head + "".join(kata_section(k, r) for k, r in data["katas_graded"].items())
+    if data["status"] != "graded":
+        body += ("<script>const s = new EventSource('/events'); s.addEventListener('board', (ev) => "
+                 "{ if (window.seen && window.seen !== ev.data) location.reload(); window.seen = ev.data; });</script>")
+    return page(f"Submission #{sid}", body)
+
+
+@router.post("/submit")
+async def submit_form(request: Request):
+    """The upload form: the token in a field; on success the token is kept in a cookie (this site only)
+    so the submission's page shows the team its sentences."""
+    try:
+        token, parse = await read_upload(request)
+        ack = await run_in_threadpool(store_submission, db_of(request), token, parse)
+    except HTTPException as exc:
+        return page("Submission refused", f"<p>{e(str(exc.detail))}</p><p><a href='/'>back</a></p>", exc.status_code)
+    request.app.state.queue.wake.set()
+    response = RedirectResponse(f"/submissions/{ack['id']}", status_code=303)
+    response.set_cookie("arena_token", token or "", httponly=True, samesite="strict")
+    return response
+
+
+def fingerprint(db) -> str:
+    with db.session() as session:
+        c = db.competition(session)
+        counts = session.execute(select(func.count(Submission.id), func.sum(Submission.attempts),
+                                        func.count(Submission.graded_at))).one()
+        results = session.scalar(select(func.count(KataResult.id)))
+        return f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}"
+
+
+@router.get("/events")
+async def events(request: Request):
+    """Server-sent events: `board` with a fingerprint of the database's state whenever it changes (a
+    submission stored, a kata graded, the close), a comment every 15 s; the stream ends after
+    STREAM_SECONDS."""
+    db = db_of(request)
+
+    async def stream():
+        last, started, beat = None, time.monotonic(), time.monotonic()
+        yield "retry: 1000\n\n"
+        while time.monotonic() - started < STREAM_SECONDS and not request.app.state.stopping.is_set():
+            if await request.is_disconnected():
+                return
+            current = await run_in_threadpool(fingerprint, db)
+            if current != last:
+                last = current
+                yield f"event: board\ndata: {current}\n\n"
+            elif time.monotonic() - beat > 15:
+                beat = time.monotonic()
+                yield ": still here\n\n"
+            await asyncio.sleep(0.5)
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,261 @@
+"""The live competition service against a real server (uvicorn in a subprocess on 127.0.0.1) and a real
+SQLite file: the organiser's commands, teams submitting through `score.py --submit`, the pages and the
+API, the close; a server killed mid-grading and started again; and each security case on its own."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import urllib.request
+
+import pytest
+
+from arena_support import (NO_OP_01, Server, add_team, arena, create, http, multipart, score_submit, solution,
+                           tar_of, tree)
+from graders.competition.store import load_runs
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture
+def running(tmp_path):
+    servers = []
+
+    def start(db: str, *args: str) -> Server:
+        server = Server(db, tmp_path, *args)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:  # passed or failed
+        server.stop()
+
+
+def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, running):
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
+    alpha, beta = add_team(db, "Alpha"), add_team(db, "Beta")
+    server = running(db)
+
+    done = score_submit(server.url, alpha, tree(tmp_path / "alpha", {
+        "01_linear_relu/solution.py": solution("01_linear_relu"), "conftest.py": b"raise SystemExit"}))
+    assert done.returncode == 0, done.stderr
+    assert "Submission 1 acknowledged for team Alpha: 01_linear_relu/solution.py." in done.stdout
+    assert "  01_linear_relu: 80.0 points (L1 20/20, L2 40/40, L3 0/20, L4 20/20)" in done.stdout  # L3 off
+    assert "Team Alpha: 80.0 points, rank 1 of 1." in done.stdout
+
+    done = score_submit(server.url, beta, tree(tmp_path / "beta", {"01_linear_relu/solution.py": NO_OP_01.encode()}))
+    assert done.returncode == 0, done.stderr
+    assert "Submission 2 acknowledged for team Beta" in done.stdout and "rank 2 of 2." in done.stdout
+
+    board = server.get("/api/board").json()
+    assert [(r["rank"], r["team"]) for r in board["rows"]] == [(1, "Alpha"), (2, "Beta")]
+    assert board["rows"][0]["katas"] == {"01_linear_relu": 80.0}
+    assert [r["team"] for r in server.get("/api/katas/01_linear_relu").json()["rows"]] == ["Alpha", "Beta"]
+    history = server.get("/api/teams/Beta").json()["submissions"]
+    assert [(s["id"], s["status"]) for s in history] == [(2, "graded")]
+
+    mine = server.get("/submissions/2", token=beta).text  # its team reads the sentence and sees the graphs
+    assert "first failing check: L1" in mine and "after fuse_linear_relu" in mine
+    assert mine.count("<svg") == 2 and "graph before the pass" in mine
+    public = server.get("/submissions/2").text
+    assert "L1 pattern" in public and "after fuse_linear_relu" not in public
+    assert server.get("/api/submissions/2", token=beta).json()["katas_graded"]["01_linear_relu"]["levels"]["1"][0] < 20
+    for page in ("/", "/katas/01_linear_relu", "/teams/Alpha", "/submissions/1"):
+        assert server.get(page).status == 200, page
+
+    closed = arena("close", "--db", db, "--results-dir", str(tmp_path / "results"),
+                   "--leaderboard", str(tmp_path / "LEADERBOARD.md")).stdout
+    seed = int(closed.split("The seed was ")[1].split(":")[0])
+    assert server.get("/api/competition").json()["seed"] == seed
+    runs, problems = load_runs(tmp_path / "results")
+    assert not problems and sorted((r["team"], r["total_points"], r["seed"]) for r in runs) == [
+        ("Alpha", 80.0, seed), ("Beta", runs[[r["team"] for r in runs].index("Beta")]["total_points"], seed)]
+    board_md = (tmp_path / "LEADERBOARD.md").read_text()
+    assert board_md.index("| 1      | Alpha") < board_md.index("| 2      | Beta")
+    assert "after fuse_linear_relu" in server.get("/submissions/2").text  # everyone reads it after the close
+    refused = server.submit(alpha, tar_of([("01_linear_relu/solution.py", solution("01_linear_relu"), "file")]))
+    assert refused.status == 403 and "closed" in refused.text
+
+
+def count(db_file, sql: str, *args):
+    with sqlite3.connect(db_file) as connection:
+        return connection.execute(sql, args).fetchone()[0]
+
+
+def test_a_server_killed_mid_grading_resumes_without_losing_or_counting_twice(tmp_path, running):
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
+    team = add_team(db, "Phoenix")
+    server = running(db)
+    both = tar_of([("04_dce/solution.py", solution("04_dce"), "file"),
+                   ("01_linear_relu/solution.py", solution("01_linear_relu"), "file")])
+    first, second = server.submit(team, both), server.submit(team, tar_of([("04_dce/solution.py", solution("04_dce", "2"), "file")]))
+    assert (first.status, second.status) == (201, 201)
+    server.wait_for(lambda: server.get("/api/submissions/1", token=team).json()["graded"] >= 1, 300, "the first kata graded")
+    server.kill()
+    assert count(db_file, "select status from submission where id = 1") == "running"
+    assert count(db_file, "select count(*) from kata_result where submission_id = 1") == 1
+    assert count(db_file, "select status from submission where id = 2") == "queued"
+
+    server.start()
+    server.wait_for(lambda: server.get("/api/submissions/2", token=team).json()["status"] == "graded", 600, "both graded")
+    assert count(db_file, "select count(*) from submission") == 2
+    assert count(db_file, "select count(*) from kata_result") == 4  # 2 katas x 2 submissions, none twice
+    assert count(db_file, "select count(*) from (select distinct submission_id, kata from kata_result)") == 4
+    assert count(db_file, "select attempts from submission where id = 1") == 2  # resumed once
+    state = server.get("/api/submissions/1", token=team).json()
+    assert state["total_points"] == sum(k["points"] for k in state["katas_graded"].values()) == 160.0
+
+
+# The security cases, each a test, against one server that stores submissions and grades none
+# (--grading-threads 0): what is refused or hidden does not depend on grading.
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("secure")
+    db_file = tmp / "arena.db"
+    db = f"sqlite:///{db_file}"
+    organiser = create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--rate", "3/600")
+    teams = {name: add_team(db, name) for name in ("Red", "Blue", "<script>alert(1)</script>", "Limited")}
+    server = Server(db, tmp, "--grading-threads", "0")
+    try:
+        server.start()
+        yield server, db_file, organiser, teams
+    finally:
+        server.stop()
+
+
+def good_tar(tag="") -> bytes:
+    return tar_of([("04_dce/solution.py", solution("04_dce", tag), "file")])
+
+
+def test_wrong_token_is_refused(secure):
+    server, _, organiser, teams = secure
+    assert server.submit("not-a-token", good_tar()).status == 401
+    assert server.submit(None, good_tar()).status == 401
+    assert server.get("/api/me", token="not-a-token").status == 401
+    assert server.get("/api/admin/submissions", token=teams["Red"]).status == 403  # a team is not the organiser
+    assert http(server.url + "/api/admin/teams", token=teams["Red"], data=b'{"name": "Mallory"}',
+                kind="application/json").status == 403
+    added = http(server.url + "/api/admin/teams", token=organiser, data=b'{"name": "Green"}', kind="application/json")
+    assert added.status == 201 and server.get("/api/me", token=added.json()["token"]).json()["team"] == "Green"
+
+
+def test_a_team_cannot_read_another_teams_code_or_pending_results(secure):
+    server, db_file, organiser, teams = secure
+    sid = server.submit(teams["Red"], good_tar("red's secret")).json()["id"]
+    with sqlite3.connect(db_file) as connection:  # a kata graded, the submission still running: pending
+        connection.execute("update submission set status = 'running' where id = ?", (sid,))
+        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values (?, ?, ?, ?, "
+                           "datetime('now'))", (sid, "04_dce", 77.0, json.dumps({"status": "graded", "points": 77.0,
+                           "levels": {"1": [20, 20]}, "message": "red's sentence", "checks": []})))
+    assert server.get(f"/api/submissions/{sid}/files", token=teams["Blue"]).status == 403
+    assert server.get(f"/api/submissions/{sid}/files").status == 403
+    assert "red's secret" in server.get(f"/api/submissions/{sid}/files", token=teams["Red"]).json()["04_dce/solution.py"]
+    assert server.get(f"/api/submissions/{sid}/files", token=organiser).status == 200
+    theirs = server.get(f"/api/submissions/{sid}", token=teams["Blue"]).json()
+    assert theirs["katas_graded"] == {} and theirs["total_points"] is None and theirs["files"] is None
+    for reader in (teams["Blue"], None):
+        assert "red's sentence" not in server.get(f"/submissions/{sid}", token=reader).text
+        assert "77" not in json.dumps(server.get(f"/api/teams/Red", token=reader).json()["submissions"])
+    mine = server.get(f"/api/submissions/{sid}", token=teams["Red"]).json()
+    assert mine["katas_graded"]["04_dce"]["points"] == 77.0 and mine["katas_graded"]["04_dce"]["message"] == "red's sentence"
+
+
+def test_an_oversize_upload_is_refused(secure):
+    server, _, _, teams = secure
+    big = server.submit(teams["Blue"], b"x" * (600 * 1024))
+    assert big.status == 413
+    one_big_file = server.submit(teams["Blue"], tar_of([("04_dce/solution.py", b"#" * (300 * 1024), "file")]))
+    assert one_big_file.status == 413
+    body, kind = multipart({f"{n:02d}_x/solution.py": b"pass" for n in range(70)})
+    assert http(server.url + "/api/submissions", token=teams["Blue"], data=body, kind=kind).status == 413
+    assert server.get("/api/teams/Blue").json()["submissions"] == []  # nothing stored
+
+
+@pytest.mark.parametrize("name", ["../04_dce/solution.py", "04_dce/../../etc/solution.py", "/etc/04_dce/solution.py"])
+def test_a_path_outside_the_tree_is_refused(secure, name):
+    server, _, _, teams = secure
+    refused = server.submit(teams["Blue"], tar_of([(name, b"pass", "file")]))
+    assert refused.status == 400 and ("'..'" in refused.text or "absolute" in refused.text)
+    body, kind = multipart({name: b"pass"})
+    assert http(server.url + "/api/submissions", token=teams["Blue"], data=body, kind=kind).status == 400
+    assert server.get("/api/teams/Blue").json()["submissions"] == []
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_a_link_is_refused(secure, kind):
+    server, _, _, teams = secure
+    refused = server.submit(teams["Blue"], tar_of([("04_dce/solution.py", b"/etc/passwd", kind)]))
+    assert refused.status == 400 and "is a link" in refused.text
+    assert server.get("/api/teams/Blue").json()["submissions"] == []
+
+
+def test_only_solution_files_are_kept(secure):
+    server, _, _, teams = secure
+    ack = server.submit(teams["Red"], tar_of([("conftest.py", b"raise SystemExit", "file"),
+                                              ("graders/frame/levels.py", b"x = 1", "file"),
+                                              ("04_dce/helper.py", b"x = 1", "file"),
+                                              ("99_unknown/solution.py", b"x = 1", "file"),
+                                              ("./01_linear_relu/solution.py", solution("01_linear_relu"), "file")]))
+    assert ack.status == 201 and ack.json()["files"] == ["01_linear_relu/solution.py"]
+    assert list(server.get(f"/api/submissions/{ack.json()['id']}/files", token=teams["Red"]).json()) == ["01_linear_relu/solution.py"]
+    assert server.submit(teams["Red"], tar_of([("conftest.py", b"x", "file")])).status == 400  # nothing left
+
+
+def test_a_script_team_name_and_messages_are_escaped(secure):
+    server, db_file, _, teams = secure
+    name = "<script>alert(1)</script>"
+    sid = server.submit(teams[name], good_tar()).json()["id"]
+    with sqlite3.connect(db_file) as connection:  # a check's sentence that quotes the team's code
+        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values (?, ?, ?, ?, "
+                           "datetime('now'))", (sid, "04_dce", 0.0, json.dumps({
+                               "status": "graded", "points": 0.0, "levels": {}, "message": "<script>steal()</script>",
+                               "checks": [{"level": 1, "check": "<img src=x>", "passed": False, "skipped": False,
+                                           "message": "got <script>steal()</script>\n\nGraph before the pass:\nopcode  name\n"
+                                                      "------  ----\nplaceholder  <b>x</b>"}]})))
+        connection.execute("update submission set status = 'graded', total_points = 0 where id = ?", (sid,))
+    from urllib.parse import quote
+    pages = ["/", f"/teams/{quote(name, safe='')}", f"/submissions/{sid}", "/katas/04_dce"]
+    for page in pages:
+        text = server.get(page, token=teams[name]).text
+        assert "<script>alert(1)" not in text and "<script>steal()" not in text and "<img src=x>" not in text, page
+        assert "<b>x</b>" not in text, page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in server.get("/").text
+    assert "&lt;script&gt;steal()" in server.get(f"/submissions/{sid}", token=teams[name]).text
+
+
+def test_the_rate_limit_answers_429_with_retry_after(secure):
+    server, _, _, teams = secure
+    for n in range(3):
+        assert server.submit(teams["Limited"], good_tar(str(n))).status == 201
+    refused = server.submit(teams["Limited"], good_tar("one too many"))
+    assert refused.status == 429 and 0 < int(refused.headers["Retry-After"]) <= 600
+    assert len(server.get("/api/teams/Limited").json()["submissions"]) == 3
+
+
+def test_the_seed_is_in_no_response_before_the_close(secure):
+    server, db_file, _, teams = secure
+    seed = str(count(db_file, "select seed from competition"))
+    sid = server.submit(teams["Blue"], good_tar("seed")).json()["id"]
+    paths = ["/", "/api/competition", "/api/board", "/api/katas/04_dce", "/katas/04_dce", "/api/teams/Blue",
+             "/teams/Blue", f"/api/submissions/{sid}", f"/submissions/{sid}", f"/api/submissions/{sid}/files", "/api/me"]
+    for path in paths:
+        for token in (None, teams["Blue"]):
+            assert seed not in server.get(path, token=token).text, path
+    assert "seed" not in server.get("/api/competition").json()
+    with urllib.request.urlopen(server.url + "/events", timeout=10) as events:  # a long stream: its first events
+        first = b"".join(events.readline() for _ in range(4))
+    assert b"event: board" in first and seed.encode() not in first
+
+
+def test_after_the_closing_time_submissions_are_refused(tmp_path, running):
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    create(db, "--kata", "04_dce", "--closes", "2020-01-01T00:00")
+    team = add_team(db, "Late")
+    server = running(db, "--grading-threads", "0")
+    refused = server.submit(team, good_tar())
+    assert refused.status == 403 and "closed" in refused.text
+    page = server.get("/").text
+    assert "closed for submissions since 2020-01-01T00:00:00Z UTC" in page and "id='upload'" not in page

@@ -1,0 +1,97 @@
+"""The live board in a real browser: Playwright drives Debian's chromium (/usr/bin/chromium, never a
+downloaded browser). The board is open; a team submits through the CLI; its row appears and its points
+change on the open page, without a reload; then a team submits through the page's upload form."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arena_support import SCORE, Server, add_team, create, solution, tree
+from graders.frame.catalogue import REPO_ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def browser_missing() -> str | None:
+    if not CHROMIUM.exists():
+        return f"Debian's chromium is missing: {CHROMIUM} does not exist (`apt-get install -y chromium`; .ci/run installs it)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is missing (`uv sync` installs the dev group)"
+    return None
+
+
+def test_the_board_moves_in_a_real_browser(tmp_path):
+    missing = browser_missing()
+    if missing:
+        pytest.skip(missing)
+    from playwright.sync_api import expect, sync_playwright
+
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
+    orbit, form_team = add_team(db, "Orbit"), add_team(db, "Form <Team>")
+    server = Server(db, tmp_path)
+    cli = None
+    try:
+        server.start()
+        with sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+            try:
+                page = browser.new_page()
+                page.goto(server.url + "/")
+                expect(page.locator("#board")).to_be_visible()
+                assert page.locator("tr[data-team='Orbit']").count() == 0
+                page.evaluate("window.notReloaded = true")
+
+                cli = subprocess.Popen([sys.executable, SCORE, "--submit", server.url, "--token", orbit, "--solutions",
+                                        str(tree(tmp_path / "orbit", {"01_linear_relu/solution.py": solution("01_linear_relu")}))],
+                                       cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                row = page.locator("tr[data-team='Orbit']")
+                expect(row).to_have_count(1, timeout=60_000)  # the row appears as soon as it is acknowledged
+                print(f"row appeared: {row.inner_text()!r}")
+                expect(row.locator("td").nth(2)).to_have_text("80.0", timeout=600_000)  # its points change
+                print(f"row after grading: {row.inner_text()!r}")
+                assert page.evaluate("window.notReloaded") is True  # the same page: no reload
+                output, _ = cli.communicate(timeout=120)
+                print(output)
+                assert cli.returncode == 0 and "rank 1 of 1" in output
+
+                upload = tmp_path / "upload.py"
+                upload.write_bytes(solution("01_linear_relu", "through the form"))
+                page.fill("input[name='token']", form_team)
+                page.set_input_files("input[name='01_linear_relu/solution.py']", str(upload))
+                page.click("#upload button[type='submit']")
+                page.wait_for_url("**/submissions/2", timeout=60_000)
+                expect(page.locator("h1")).to_have_text("Submission #2")
+                expect(page.locator("#status")).to_have_text("graded", timeout=600_000)  # the page follows it
+                print(f"form submission page: {page.locator('p').first.inner_text()!r}")
+                page.goto(server.url + "/")
+                expect(page.locator("tr[data-team='Form <Team>'] td").nth(2)).to_have_text("80.0")
+                print(f"board: {page.locator('#rows').inner_text()!r}")
+            finally:
+                browser.close()
+    finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        server.stop()
+
+
+
+
+def test_without_the_browser_the_skip_names_what_is_missing(monkeypatch, tmp_path):
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "CHROMIUM", tmp_path / "chromium")
+    assert browser_missing().startswith(f"Debian's chromium is missing: {tmp_path / 'chromium'} does not exist")
+    monkeypatch.setattr(module, "CHROMIUM", Path(sys.executable))  # present; now the package is not
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)
+    assert browser_missing() == "the playwright package is missing (`uv sync` installs the dev group)"

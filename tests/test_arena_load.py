@@ -1,0 +1,76 @@
+"""Load: 20 teams submit 40 times at once (two submissions each, one small kata each, the speed level off
+so the grading stays within minutes on two cores). Every submission is acknowledged while grading runs,
+stored, and graded exactly once; the acknowledgement latency (median, p95) and the time the queue took to
+drain are printed (run with -s to see them)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from arena_support import Server, create, http, solution, tar_of
+
+TEAMS, EACH, KATA = 20, 2, "01_linear_relu"
+
+pytestmark = pytest.mark.timeout(2400)
+
+
+def test_forty_submissions_at_once_are_acknowledged_stored_and_graded_once(tmp_path):
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    organiser = create(db, "--kata", KATA, "--no-speed", "--rate", "5/600")
+    server = Server(db, tmp_path, "--grading-threads", "2")
+    try:
+        server.start()
+        tokens = [http(server.url + "/api/admin/teams", token=organiser, data=json.dumps({"name": f"team{n:02d}"}).encode(),
+                       kind="application/json").json()["token"] for n in range(TEAMS)]
+        jobs = [(token, tar_of([(f"{KATA}/solution.py", solution(KATA, f"team {n} submission {k}"), "file")]))
+                for n, token in enumerate(tokens) for k in range(EACH)]
+        start = threading.Barrier(len(jobs))
+
+        def submit(job):
+            token, archive = job
+            start.wait()
+            began = time.perf_counter()
+            answer = server.submit(token, archive, timeout=120)
+            return answer.status, answer.json(), time.perf_counter() - began, time.perf_counter()
+
+        began = time.perf_counter()
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            answers = list(pool.map(submit, jobs))
+        acked = time.perf_counter()
+        states = [s["status"] for s in server.get("/api/admin/submissions", token=organiser).json()]
+        assert [status for status, *_ in answers] == [201] * len(jobs)
+        ids = sorted(body["id"] for _, body, *_ in answers)
+        assert ids == list(range(1, len(jobs) + 1))
+        # acknowledged while grading ran: when the last acknowledgement came, gradings had started, and
+        # far from all had finished
+        assert "running" in states or "graded" in states, states
+        assert states.count("graded") < len(jobs) // 2, states
+        with sqlite3.connect(db_file) as connection:  # stored: the row and the file, before the answer
+            assert connection.execute("select count(*) from submitted_file").fetchone()[0] == len(jobs)
+
+        def drained():
+            listed = server.get("/api/admin/submissions", token=organiser).json()
+            return all(s["status"] == "graded" for s in listed) and listed
+
+        listed = server.wait_for(drained, 2200, "every submission graded", every=2)
+        drain = time.perf_counter() - began
+        with sqlite3.connect(db_file) as connection:
+            per_submission = dict(connection.execute("select submission_id, count(*) from kata_result group by submission_id"))
+        assert per_submission == {sid: 1 for sid in ids}  # graded exactly once
+        assert [s["attempts"] for s in listed] == [1] * len(jobs)
+        assert {s["points"] for s in listed} == {80.0}  # the reference, L3 off
+        latencies = sorted(seconds for _, _, seconds, _ in answers)
+        p95 = latencies[max(0, round(0.95 * len(latencies)) - 1)]
+        print(f"\nload: {len(jobs)} submissions from {TEAMS} teams at once, kata {KATA}, speed level off, "
+              f"2 grading threads: acknowledgement latency median {statistics.median(latencies) * 1000:.0f} ms, "
+              f"p95 {p95 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms (all acknowledged {acked - began:.2f} s after "
+              f"the start); the queue drained {drain:.0f} s after the start ({drain / len(jobs):.1f} s a submission).")
+    finally:
+        server.stop()

@@ -1,0 +1,185 @@
+"""The arena's parts in process, no server: the one switch between grading backends, the queue's resume
+and retry against a fake backend, the uploads' path rules and the graph picture."""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from tabulate import tabulate
+
+from graders.arena import grading, uploads
+from graders.arena.db import Competition, Database, KataResult, Submission, SubmittedFile, Team
+from graders.arena.graphs import split_message, svg
+
+
+def test_the_grading_switch(monkeypatch):
+    monkeypatch.setattr(grading, "fleet_installed", lambda: False)
+    assert isinstance(grading.make_grader(None), grading.LocalGrader)
+    assert isinstance(grading.make_grader("none"), grading.LocalGrader)
+    made = []
+    fleet = types.ModuleType("graders.competition.fleet")
+    fleet.Fleet = type("Fleet", (), {"__init__": lambda self, address=None, **kw: made.append((address, kw)),
+                                     "close": lambda self: None})
+    monkeypatch.setitem(sys.modules, "graders.competition.fleet", fleet)
+    assert isinstance(grading.make_grader("tcp://10.0.0.5:8786"), grading.FleetGrader)
+    monkeypatch.setattr(grading, "fleet_installed", lambda: True)
+    assert isinstance(grading.make_grader(None), grading.FleetGrader)  # the fleet's own local cluster
+    assert made == [("tcp://10.0.0.5:8786", {"device": "cpu"}), (None, {"device": "cpu"})]
+
+
+class FakeGrader:
+    def __init__(self, fail: bool = False):
+        self.asked, self.fail = [], fail
+
+    def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+        self.asked.append(list(katas))
+        if self.fail:
+            raise RuntimeError("the cluster is gone")
+        out = {}
+        for kata in katas:
+            out[kata] = {"status": "graded", "points": 50.0, "levels": {}, "message": "ok", "checks": []}
+            on_result(team, kata, out[kata])
+        return out
+
+    def close(self):
+        pass
+
+
+def database(tmp_path, status="queued") -> Database:
+    db = Database(f"sqlite:///{tmp_path / 'unit.db'}")
+    with db.session() as session:
+        session.add(Competition(katas=["01_linear_relu", "04_dce"], rate_limit=5, rate_window=60, speed=False, seed=7,
+                                organiser_hash="x"))
+        session.add(Team(id=1, name="T", token_hash="h"))
+        session.flush()
+        session.add(Submission(id=1, team_id=1, katas=["01_linear_relu", "04_dce"], files_hash="f", status=status))
+        session.flush()
+        session.add_all([SubmittedFile(submission_id=1, path=f"{k}/solution.py", content=b"x = 1")
+                         for k in ("01_linear_relu", "04_dce")])
+    return db
+
+
+def test_an_interrupted_grading_resumes_with_the_katas_left(tmp_path):
+    db = database(tmp_path, status="running")
+    with db.session() as session:  # graded before the crash
+        session.add(KataResult(submission_id=1, kata="01_linear_relu", points=20.0, summary={"points": 20.0}))
+    fake = FakeGrader()
+    queue = grading.GradingQueue(db, fake, threads=0)
+    queue.start()  # re-queues what was running
+    assert queue.claim() == 1 and queue.claim() is None
+    queue.grade(1)
+    assert fake.asked == [["04_dce"]]
+    with db.session() as session:
+        s = session.get(Submission, 1)
+        assert (s.status, s.total_points, s.attempts) == ("graded", 70.0, 1)
+    queue.store(1, "04_dce", {"points": 99.0})  # a duplicate result is never counted twice
+    with db.session() as session:
+        assert [r.points for r in session.query(KataResult).order_by(KataResult.kata)] == [20.0, 50.0]
+
+
+def test_a_backend_that_raises_is_retried_then_recorded_as_failed(tmp_path):
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, FakeGrader(fail=True), threads=0)
+    for attempt in range(grading.MAX_ATTEMPTS):
+        sid = queue.claim()
+        assert sid == 1, attempt
+        with pytest.raises(RuntimeError):
+            queue.grade(sid)
+        queue.failed(sid, RuntimeError("the cluster is gone"))
+    assert queue.claim() is None
+    with db.session() as session:
+        s = session.get(Submission, 1)
+        assert (s.status, s.total_points) == ("graded", 0.0)
+        assert {r.summary["status"] for r in session.query(KataResult)} == {"crashed"}
+
+
+@pytest.mark.parametrize("name, kept", [("04_dce/solution.py", "04_dce/solution.py"), ("./04_dce//solution.py", "04_dce/solution.py"),
+                                        ("conftest.py", None), ("04_dce/other.py", None)])
+def test_paths_kept_or_ignored(name, kept):
+    assert uploads.check_path(name) == kept
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../04_dce/solution.py", "04_dce/../../x", "C:/x", "\\\\server\\x"])
+def test_paths_refused(name):
+    with pytest.raises(uploads.UploadRefused):
+        uploads.check_path(name)
+
+
+def test_a_graph_table_drawn_as_svg():
+    rows = [["placeholder", "x", "x", "()", "{}"], ["call_module", "lin", "lin", "(x,)", "{}"],
+            ["call_function", "relu", "<built-in method relu of type object at 0x1>", "(lin,)", "{}"],
+            ["output", "output", "output", "(relu,)", "{}"]]
+    table = tabulate(rows, headers=["opcode", "name", "target", "args", "kwargs"])  # as Graph.print_tabular
+    message = (f"expected one fused module\n\nGraph before the pass:\n{table}\n\nGraph after the pass:\n"
+               "opcode       name\n-----------  -----\nplaceholder  <x>")
+    sentence, before, after = split_message(message)
+    assert sentence == "expected one fused module"
+    picture = svg(before, "before")
+    assert picture.startswith("<svg") and picture.count("<rect") == 4 and "call_function: relu<" in picture
+    assert picture.count("marker-end") == 3  # x -> lin -> relu -> output
+    assert "<x>" not in svg(after, "after")
+
+
+def test_a_timing_has_the_machine_to_itself():
+    lock, events = grading.MachineLock(), []
+    import threading
+    import time
+
+    def correctness(n):
+        with lock.shared():
+            events.append(("start", n))
+            time.sleep(0.2)
+            events.append(("end", n))
+
+    def timing():
+        with lock.exclusive():
+            events.append(("timing start", None))
+            time.sleep(0.1)
+            events.append(("timing end", None))
+
+    first = [threading.Thread(target=correctness, args=(n,)) for n in range(2)]
+    for t in first:
+        t.start()
+    time.sleep(0.05)
+    timer = threading.Thread(target=timing)
+    timer.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=correctness, args=(2,))  # arrives while the timing waits: goes after it
+    late.start()
+    for t in [*first, timer, late]:
+        t.join(5)
+    order = [kind for kind, _ in events]
+    start, end = order.index("timing start"), order.index("timing end")
+    assert end == start + 1 and order[:start].count("end") == 2 and events[end + 1] == ("start", 2)
+
+
+def test_score_submit_needs_a_token_and_says_when_the_arena_cannot_be_reached(monkeypatch, capsys, tmp_path):
+    from arena_support import free_port
+    from graders.arena.client import submit
+    from graders.cli.score import parse_args
+
+    monkeypatch.delenv("ARENA_TOKEN", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(["--submit", "http://127.0.0.1:1"])
+    assert "--submit needs the team's token" in capsys.readouterr().err
+    assert submit(f"http://127.0.0.1:{free_port()}", "token", tmp_path, timeout=5) == 1
+    assert "Refused: cannot reach" in capsys.readouterr().err
+
+
+def test_a_server_stopping_mid_grading_stores_no_verdict_from_the_processes_it_killed(tmp_path):
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, None, threads=0)
+
+    class Stopped(FakeGrader):
+        def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+            on_result(team, katas[0], {"status": "graded", "points": 50.0, "checks": []})
+            queue.stopping.set()  # the server stops; its grading processes are killed: they "crash"
+            on_result(team, katas[1], {"status": "crashed", "points": 0.0, "checks": []})
+            return {}
+
+    queue.grader = Stopped()
+    queue.grade(queue.claim())
+    with db.session() as session:
+        assert session.get(Submission, 1).status == "running"  # graded again at the next start
+        assert [r.kata for r in session.query(KataResult)] == ["01_linear_relu"]
