@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "batch": {"frame"},
     "dev": {"frame", "run"},
     "learner": {"frame", "isolation", "run", "batch"},
-    "competition": {"frame", "isolation", "batch"},
+    "competition": {"frame", "isolation", "batch"},  # and Dask (distributed), in fleet.py and jobs.py
     "cli": {"frame", "isolation", "batch", "learner", "competition"},
     "": {"cli", "learner", "isolation", "dev"},  # the entry points graders/score.py, watch.py, scan.py, devcheck.py
 }
