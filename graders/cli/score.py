@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     organiser = args.submissions is not None
     folder = resume_settings(args) if organiser else None
     seed = folder.settings()["seed"] if organiser else resolve_seed(args.seed)
-    selected = args.kata or list(KATAS)
+    selected = list(dict.fromkeys(args.kata or KATAS))
     available = [k for k in selected if is_available(k)]
     if args.isolate and sandbox_problem():
         print(f"WARNING: {sandbox_problem()}", file=sys.stderr, flush=True)
