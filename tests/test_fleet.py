@@ -232,3 +232,18 @@ def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processe
     assert f"Resuming run {run}: {len(stored)} of 6 jobs already graded" in proc.stderr
     assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0} and len({r["seed"] for r in runs.values()}) == 1
     assert before >= stored
+
+
+def test_the_fleet_grades_one_teams_files_for_a_service():
+    """Fleet.grade, as a live service calls it: files in, a summary per kata out, on_result as each finishes."""
+    from graders.competition.fleet import Fleet
+
+    files = {"04_dce/solution.py": (REPO_ROOT / "katas" / "04_dce" / "solution.py").read_bytes(),
+             "05_cse/solution.py": b"def eliminate(gm)\n"}
+    seen = []
+    with Fleet(slots=2) as fleet:
+        summaries = fleet.grade("ada", files, KATAS, seed=1, speed=False,
+                                on_result=lambda team, kata, summary: seen.append((team, kata, summary["points"])))
+    assert sorted(seen) == [("ada", "04_dce", 0.0), ("ada", "05_cse", 0.0)]
+    assert "still the stub" in summaries["04_dce"]["message"] and "does not compile" in summaries["05_cse"]["message"]
+    assert summaries["04_dce"]["machine"]["host"] and summaries["04_dce"]["levels"]["3"] == [0.0, 20.0]
