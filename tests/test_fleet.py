@@ -247,3 +247,17 @@ def test_the_fleet_grades_one_teams_files_for_a_service():
     assert sorted(seen) == [("ada", "04_dce", 0.0), ("ada", "05_cse", 0.0)]
     assert "still the stub" in summaries["04_dce"]["message"] and "does not compile" in summaries["05_cse"]["message"]
     assert summaries["04_dce"]["machine"]["host"] and summaries["04_dce"]["levels"]["3"] == [0.0, 20.0]
+
+
+def test_a_solution_that_hangs_loading_costs_its_kata_little_and_is_not_loaded_for_speed(tmp_path):
+    """It hangs without spinning (the CPU stays with the other tests); with the default time-outs its
+    correctness job gives up on it within one check's time-out, and no speed job loads it again."""
+    subs = submissions(tmp_path, {"ada": {"04_dce": "import queue\n\nqueue.Queue().get()\n"}})
+    log = tmp_path / "jobs.log"
+    proc, runs = score(tmp_path, subs, "--seed", "3", katas=["04_dce"], env={"FX_KATAS_JOB_LOG": str(log)})
+    result = runs["ada"]["katas"]["04_dce"]
+    assert result["points"] == 0 and result["seconds"] < 90, (result["seconds"], result["message"])
+    assert "timed out: importing the solution did not finish" in result["message"]
+    assert [e["phase"] for e in job_log(log) if e["event"] == "start"] == ["correctness"]
+    speed = [c for c in result["checks"] if c["level"] == 3]
+    assert len(speed) == 1 and "not run: the solution did not load in its correctness job" in speed[0]["message"]

@@ -39,8 +39,11 @@ PHASES = {"correctness": CORRECTNESS_LEVELS, "speed": SPEED_LEVELS, "all": None}
 # it. 1024 = 2**10, so the scheduler's sums of it stay exact.
 MACHINE = 1024
 SOLUTION = re.compile(r"^(\d\d_[a-z0-9_]+)/solution\.py$")
-# Sentences that mean the solution never loaded (graders/frame/solution.py, graders/isolation/worker.py).
-NOT_LOADED = ("does not exist:", "does not compile:", "importing ", "timed out: importing the solution")
+# Sentences that mean the solution never loaded (graders/frame/solution.py, graders/isolation/worker.py),
+# or hung (graders/run/session.py): a correctness job whose every failure says one of them, and that
+# passed nothing, is not followed by a speed job that would load it again and wait out its own time-out.
+NOT_LOADED = ("does not exist:", "does not compile:", "importing ", "timed out: importing the solution",
+              "timed out: the check did not finish", "earlier checks of")
 
 
 class WrongVersion(RuntimeError):
