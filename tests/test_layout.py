@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "batch": {"frame"},
     "dev": {"frame", "run"},
     "learner": {"frame", "isolation", "run", "batch"},
-    "competition": {"frame", "isolation", "batch"},
+    "competition": {"frame", "isolation", "batch"},  # and Dask (distributed), in fleet.py and jobs.py
     # The live competition service, a layer above competition: its web application, database and grading
     # queue; the team client in it is what cli dispatches `score.py --submit` to.
     "arena": {"frame", "isolation", "batch", "competition"},

@@ -7,6 +7,7 @@ May import: graders.frame, graders.batch.summary.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -27,9 +28,20 @@ CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
 
 
 def memory_cap(gigabytes: float):
-    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine."""
+    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine. The
+    grading process also dies with the one that started it (Linux): a fleet worker killed mid-job leaves
+    no grading running on its machine."""
     limit = int(gigabytes * 2**30)
-    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def hook():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if sys.platform == "linux":
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+
+    return hook
 
 
 class Progress:
@@ -188,3 +200,38 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
     for kata in katas:
         outcomes.setdefault(kata, failed_grading("crashed", f"grading stopped before any check ran: {last_words}"))
     return outcomes, [kata for kata in katas if kata in again and kata not in stopped]
+
+
+def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int) -> dict[str, dict]:
+    """A learner's run: every kata of one tree, by kata; returns results[kata] (summaries).
+
+    A grading process grades kata after kata: starting one (importing torch and pytest) costs about as
+    much as grading a kata. The correctness levels are graded by --jobs processes at once, then the speed
+    levels of all katas by one process alone, so no timing shares the machine with other grading (with
+    --jobs 1 or --no-speed, one pass over all levels). A kata whose process cannot vouch for it (a crash,
+    a hang, tampering) is graded again in a process of its own, so what one kata's solution does costs
+    that kata only. (Organiser mode grades on the fleet instead: graders/competition/fleet.py.)"""
+    from graders.batch.summary import summarise
+
+    phases = [(None, args.jobs)] if args.jobs == 1 or args.no_speed else [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
+    parts: dict[str, list] = {kata: [] for kata in katas}
+    done, total = set(), len(parts) * len(phases)  # (kata, levels) reported so far
+    for levels, processes in phases:
+        what = {None: "", CORRECTNESS_LEVELS: " (levels 1, 2, 4)", SPEED_LEVELS: " (speed level)"}[levels]
+
+        def report(kata: str, points: float | str, seconds: float):
+            done.add((kata, levels))
+            shown = f"{points:.1f} points" if isinstance(points, float) else points
+            print(f"[{len(done)}/{total}] {kata}{what}: {shown} in {seconds:.0f}s", file=sys.stderr, flush=True)
+
+        outcomes, again = run_katas(katas, tree, args, seed, levels, processes, report)
+        if again and len(katas) > 1:
+            print(f"{', '.join(again)}{what}: grading again, one process per kata, because "
+                  f"{'its process' if len(again) == 1 else 'their processes'} could not vouch for "
+                  f"{'it' if len(again) == 1 else 'them'}.", file=sys.stderr, flush=True)
+            for kata in again:
+                outcomes.update(run_katas([kata], tree, args, seed, levels, 1, report)[0])
+        for kata, outcome in outcomes.items():
+            parts[kata].append(outcome)
+    return {kata: next((o for o in outcomes if isinstance(o, dict)), None) or summarise(kata, [r for o in outcomes for r in o])
+            for kata, outcomes in parts.items()}

@@ -5,7 +5,8 @@
     uv run graders/score.py --solutions ../team_a --team team_a   # store the run for the leaderboard
 
     uv run graders/score.py --hint 03_conv_bn                      # the next hint for a kata
-    uv run graders/score.py --submissions teams/ --jobs 2           # organiser: grade every team
+    uv run graders/score.py --submissions teams/                    # organiser: grade every team
+    uv run graders/score.py --submissions teams/ --cluster tcp://HOST:8786   # ... on many machines
 
 Katas are graded in pytest subprocesses (the katas' test files, with --solutions pointing at the tree),
 kata after kata; a kata whose process crashed, hung or was tampered with is graded again in a process
@@ -13,9 +14,12 @@ of its own, so what one kata's solution does costs that kata only. Every solutio
 a static scan (graders/scan.py) that flags attempts to change the grader rather than the graph.
 
 Organiser mode (--submissions DIR) grades every team folder in DIR with one secret seed: only the
-teams' NN_name/solution.py files are copied into a staging tree, so nothing else a team ships can
-reach the grading; each team's run is stored and LEADERBOARD.md regenerated. --jobs N grades the
-correctness levels in N processes at once; the speed levels always run alone so timings stay fair.
+teams' NN_name/solution.py files are read, and every (team, kata) is graded as jobs of the fleet
+(graders/competition/fleet.py, Dask): on a cluster of its own in this process by default (--jobs N
+correctness jobs at once), or on a running scheduler and its workers (--cluster tcp://HOST:8786). A speed
+job runs alone on its machine (--timing-host HOST: all on that one). Each job's result is saved as it
+arrives; --resume RUN grades only what a run is missing. Each team's run is stored and LEADERBOARD.md
+regenerated.
 Solution code runs only in sandboxed worker processes (graders/isolation/, --isolate): the grading
 process never imports it and trusts only the data the workers send back.
 
@@ -33,10 +37,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from graders.batch.processes import grade_tree
 from graders.batch.summary import failed_grading
 from graders.competition.leaderboard import regenerate
-from graders.competition.organiser import apply_scan, grade_trees, make_run, print_teams, stage_submissions
-from graders.competition.store import locked, store_run
+from graders.competition.organiser import apply_scan, grade_teams, make_run, print_teams, read_files, stage_submissions
+from graders.competition.store import RunFolder, locked, store_run
 from graders.frame.catalogue import KATAS, REPO_ROOT, is_available
 from graders.frame.levels import resolve_seed
 from graders.isolation.sandbox import sandbox_problem
@@ -64,7 +69,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), metavar="N",
                         help="grade the correctness levels in N processes at once (default: one per core; speed "
-                             "levels always run alone, afterwards)")
+                             "levels always run alone); organiser mode without --cluster: N jobs at once")
+    parser.add_argument("--cluster", metavar="tcp://HOST:8786",
+                        help="organiser mode: grade on this Dask scheduler's workers (default: a cluster of its own "
+                             "on this machine)")
+    parser.add_argument("--timing-host", metavar="HOST",
+                        help="organiser mode: time every speed level on this one machine of the cluster")
+    parser.add_argument("--resume", metavar="RUN",
+                        help="organiser mode: finish run RUN (named at its start), grading only what it is missing, "
+                             "with its seed")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the run's raw results to FILE")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed levels (L3)")
     parser.add_argument("--isolate", action="store_true",
@@ -96,6 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error("--submissions grades every team folder: it takes neither --solutions nor --team")
         if not args.submissions.is_dir():
             parser.error(f"--submissions {args.submissions}: no such folder")
+    elif args.cluster or args.timing_host or args.resume:
+        parser.error("--cluster, --timing-host and --resume are for organiser mode (--submissions DIR)")
     elif not args.solutions.is_dir():
         parser.error(f"--solutions {args.solutions}: no such folder")
     args.isolate = args.isolate or args.submissions is not None
@@ -104,6 +119,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.device == "cuda" and not _cuda_available():
         parser.error("--device cuda: torch sees no CUDA device on this machine")
     return args
+
+
+def resume_settings(args: argparse.Namespace) -> RunFolder:
+    """The run folder of an organiser's run: a new one, or --resume's, whose settings (seed included) win."""
+    if not args.resume:
+        settings = {"seed": resolve_seed(args.seed), "katas": args.kata, "no_speed": args.no_speed,
+                    "device": args.device, "threads": args.threads, "submissions": str(args.submissions.resolve())}
+        return RunFolder.create(args.results_dir, settings)
+    folder = RunFolder(args.results_dir, args.resume)
+    settings = folder.settings()
+    if args.seed is not None and args.seed != settings["seed"]:
+        raise SystemExit(f"--resume {args.resume}: that run was graded with another seed; leave --seed out.")
+    args.kata, args.no_speed, args.device, args.threads = (settings["katas"], settings["no_speed"],
+                                                           settings["device"], settings["threads"])
+    return folder
 
 
 def main(argv=None) -> int:
@@ -115,21 +145,28 @@ def main(argv=None) -> int:
         from graders.arena.client import submit  # the live competition's client: no grading here
 
         return submit(args.submit, args.token, args.solutions, args.follow_timeout)
-    seed = resolve_seed(args.seed)
-    selected = args.kata or list(KATAS)
-    available = [k for k in selected if is_available(k)]
     organiser = args.submissions is not None
+    folder = resume_settings(args) if organiser else None
+    seed = folder.settings()["seed"] if organiser else resolve_seed(args.seed)
+    selected = list(dict.fromkeys(args.kata or KATAS))
+    available = [k for k in selected if is_available(k)]
     if args.isolate and sandbox_problem():
         print(f"WARNING: {sandbox_problem()}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as staging:
         if organiser:
             trees = stage_submissions(args.submissions, available, Path(staging))
-            print(f"Grading {len(trees)} teams from {args.submissions} on {args.device}, one secret seed for all.",
-                  flush=True)
+            print(f"Grading {len(trees)} teams from {args.submissions} on {args.device}, one secret seed for all; "
+                  f"run {folder.run} (if this process dies: --resume {folder.run}).", flush=True)
+            from graders.competition.fleet import Fleet  # here: a learner's run needs no Dask
+
+            with Fleet(args.cluster, timing_host=args.timing_host, device=args.device, threads=args.threads,
+                       kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs) as fleet:
+                graded = grade_teams(fleet, {team: read_files(tree) for team, tree in trees.items()}, available,
+                                     seed, not args.no_speed, folder)
         else:
             trees = {args.team or "": args.solutions}
             print(f"Grading {args.solutions} on {args.device} with seed {seed} (reproduce with --seed {seed}).", flush=True)
-        graded = grade_trees(trees, available, args, seed)
+            graded = {args.team or "": grade_tree(args.solutions, available, args, seed)}
         runs = []
         for team, tree in trees.items():
             katas = {k: graded[team][k] if k in available else failed_grading("not available", "not yet available")

@@ -1,9 +1,10 @@
 """Organiser grading: every team's tree staged (its NN_name/solution.py files only), graded with one seed
-in phases (correctness levels on every core, then the speed levels alone), scanned, and turned into the
-run records the store keeps; the table of all teams.
+as jobs of the fleet (graders/competition/fleet.py: correctness jobs on every core of every machine, each
+speed job alone on its machine), each job's result saved as it arrives (a resumed run grades only what
+is missing), scanned, and turned into the run records the store keeps; the table of all teams.
 
 May import: graders.frame, graders.isolation (the static scan, the sandbox's state), graders.batch,
-graders.competition (store, ranking).
+graders.competition (fleet, jobs, store, ranking).
 """
 from __future__ import annotations
 
@@ -17,55 +18,69 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
-from graders.batch.summary import summarise
+from graders.competition.fleet import Job, combine
+from graders.competition.jobs import device_name, did_not_load, speed_not_run
 from graders.competition.ranking import geomean_speedup, ranking_key
-from graders.competition.store import SCHEMA
+from graders.competition.store import SCHEMA, RunFolder
 from graders.frame.catalogue import KATAS
 from graders.isolation.sandbox import sandbox_problem
 
 
-def grade_trees(trees: dict[str, Path], katas: list[str], args: argparse.Namespace, seed: int) -> dict[str, dict[str, dict]]:
-    """Grade every kata of every tree; returns results[team][kata].
+def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], seed: int, speed: bool,
+                folder: RunFolder) -> dict[str, dict[str, dict]]:
+    """Grade every kata of every team on the fleet (graders/competition/fleet.py); returns results[team][kata].
 
-    A grading process grades kata after kata: starting one (importing torch and pytest) costs about as
-    much as grading a kata. The correctness levels of a tree are graded by --jobs processes at once,
-    then the speed levels of all its katas by one process alone, so no timing shares the machine with
-    other grading (with --jobs 1 or --no-speed, one pass over all levels). A kata whose process cannot
-    vouch for it (a crash, a hang, tampering) is graded again in a process of its own, so what one
-    kata's solution does costs that kata only."""
-    if args.jobs == 1 or args.no_speed:
-        phases = [(None, args.jobs)]
-    else:
-        phases = [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
-    parts: dict[tuple[str, str], list] = {(team, kata): [] for team in trees for kata in katas}
-    done, total = set(), len(parts) * len(phases)  # (team, kata, levels) reported so far
+    Each job's result is saved in the run folder as it arrives; a job saved there already (a resumed run)
+    is not graded again. Progress: a line per job (team, kata, points, seconds, machine)."""
+    saved = folder.saved()
+    phases = ["correctness", "speed"] if speed else ["all"]
+    first = phases[0]
+    total = len(files) * len(katas) * len(phases)
+    done = [0]
+    what = {"all": "", "correctness": " (levels 1, 2, 4)", "speed": " (speed level)"}
 
-    for levels, processes in phases:
-        what = {None: "", CORRECTNESS_LEVELS: " (levels 1, 2, 4)", SPEED_LEVELS: " (speed level)"}[levels]
-        for team, tree in trees.items():
-            who = f"{team} " if len(trees) > 1 or team else ""
+    def report(team: str, kata: str, phase: str, result: dict) -> None:
+        done[0] += 1
+        failed = result.get("failed")
+        points = failed["status"] if failed else f"{sum(r['points'] for r in result['records']):.1f} points"
+        where = f" on {result['machine']['host']}" if result.get("machine") else ""
+        who = f"{team} " if len(files) > 1 or team else ""
+        print(f"[{done[0]}/{total}] {who}{kata}{what[phase]}: {points} in {result.get('seconds') or 0:.0f}s{where}",
+              file=sys.stderr, flush=True)
 
-            def report(kata: str, points: float | str, seconds: float):
-                done.add((team, kata, levels))
-                shown = f"{points:.1f} points" if isinstance(points, float) else points
-                print(f"[{len(done)}/{total}] {who}{kata}{what}: {shown} in {seconds:.0f}s", file=sys.stderr, flush=True)
-
-            outcomes, again = run_katas(katas, tree, args, seed, levels, processes, report)
-            if again and len(katas) > 1:
-                print(f"{who}{', '.join(again)}{what}: grading again, one process per kata, because "
-                      f"{'its process' if len(again) == 1 else 'their processes'} could not vouch for "
-                      f"{'it' if len(again) == 1 else 'them'}.", file=sys.stderr, flush=True)
-                for kata in again:
-                    outcomes.update(run_katas([kata], tree, args, seed, levels, 1, report)[0])
-            for kata, outcome in outcomes.items():
-                parts[(team, kata)].append(outcome)
-
-    graded: dict[str, dict[str, dict]] = {team: {} for team in trees}
-    for (team, kata), outcomes in parts.items():
-        failed = next((o for o in outcomes if isinstance(o, dict)), None)
-        graded[team][kata] = failed or summarise(kata, [r for o in outcomes for r in o])
+    parts: dict[tuple[str, str], dict[str, dict]] = {(team, kata): {} for team in files for kata in katas}
+    jobs = []
+    for (team, kata), found in parts.items():
+        for phase in phases:
+            if (team, kata, phase) in saved:
+                found[phase] = saved[(team, kata, phase)]
+                done[0] += 1
+        if first not in found:
+            jobs.append(Job(team, kata, first, files[team]))
+        elif speed and "speed" not in found:  # its correctness job is back: the speed job alone is missing
+            reason = did_not_load(found[first])
+            if reason is None:
+                jobs.append(Job(team, kata, "speed", files[team]))
+            else:
+                found["speed"] = speed_not_run(kata, reason)
+                folder.save(team, kata, "speed", found["speed"])
+                done[0] += 1
+    if saved:
+        print(f"Resuming run {folder.run}: {done[0]} of {total} jobs already graded; grading the other {total - done[0]}.",
+              file=sys.stderr, flush=True)
+    for job, result in fleet.run_jobs(jobs, seed, speed=speed):
+        folder.save(job.team, job.kata, job.phase, result)
+        parts[(job.team, job.kata)][job.phase] = result
+        report(job.team, job.kata, job.phase, result)
+    graded: dict[str, dict[str, dict]] = {team: {} for team in files}
+    for (team, kata), found in parts.items():
+        graded[team][kata] = combine(kata, found)
     return graded
+
+
+def read_files(tree: Path) -> dict[str, bytes]:
+    """A staged tree's solution files, as a job carries them."""
+    return {path.relative_to(tree).as_posix(): path.read_bytes() for path in sorted(tree.glob("*/solution.py"))}
 
 
 def apply_scan(katas: dict[str, dict], findings: dict[str, list[str]]) -> None:
@@ -84,17 +99,6 @@ def solutions_hash(tree: Path) -> str:
     for path in sorted(tree.glob("*/solution.py")):
         digest.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        import torch  # only here: organiser mode's other paths need no tensor library
-
-        return torch.cuda.get_device_name()
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def make_run(team: str, tree: Path, source: Path, katas: dict[str, dict], seed: int, args: argparse.Namespace) -> dict:

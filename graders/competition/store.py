@@ -85,3 +85,55 @@ def load_runs(results_dir: Path) -> tuple[list[dict], list[str]]:
         except InvalidResults as exc:
             problems.append(f"{exc} It was left out of the leaderboard.")
     return runs, problems
+
+
+class RunFolder:
+    """An organiser's run in progress: its settings (seed included) and each job's result as it arrives,
+    under results/.runs/<run>/, so that `score.py --submissions DIR --resume RUN` grades only what is
+    missing, with the same secret seed."""
+
+    def __init__(self, results_dir: Path, run: str):
+        if not re.fullmatch(r"[0-9A-Za-z_.-]+", run):
+            raise ValueError(f"{run!r} is not a run name")
+        self.run, self.path = run, results_dir / ".runs" / run
+
+    @classmethod
+    def create(cls, results_dir: Path, settings: dict) -> "RunFolder":
+        import datetime
+        import secrets
+
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        folder = cls(results_dir, f"{stamp}-{secrets.token_hex(2)}")
+        (folder.path / "jobs").mkdir(parents=True)
+        _write(folder.path / "settings.json", settings)
+        return folder
+
+    def settings(self) -> dict:
+        try:
+            return json.loads((self.path / "settings.json").read_text())
+        except OSError:
+            raise ValueError(f"--resume {self.run}: no such run under {self.path.parent}") from None
+
+    def _file(self, team: str, kata: str, phase: str) -> Path:
+        return self.path / "jobs" / safe_team_dir(team) / f"{kata}.{phase}.json"
+
+    def save(self, team: str, kata: str, phase: str, result: dict) -> None:
+        self._file(team, kata, phase).parent.mkdir(parents=True, exist_ok=True)
+        _write(self._file(team, kata, phase), {"team": team, "kata": kata, "phase": phase, "result": result})
+
+    def saved(self) -> dict[tuple[str, str, str], dict]:
+        found = {}
+        for path in sorted((self.path / "jobs").glob("*/*.json")):
+            try:
+                entry = json.loads(path.read_text())
+                found[(entry["team"], entry["kata"], entry["phase"])] = entry["result"]
+            except (OSError, ValueError, KeyError):
+                continue  # half written when the organiser died: graded again
+        return found
+
+
+def _write(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)

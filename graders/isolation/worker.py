@@ -93,7 +93,14 @@ class Worker:
         if self.load_failure:
             return
         self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
-        hello = self._receive(time.monotonic() + timeout, "importing the solution")
+        try:
+            # A little inside the check's own time-out, so that this sentence, not the check's, says why.
+            hello = self._receive(time.monotonic() + 0.9 * timeout, "importing the solution")
+        except WorkerFailed as failure:
+            # A solution that hangs or kills its process while loading does so again: later checks of this
+            # kata fail with this sentence at once instead of waiting out their own time-outs.
+            self.load_failure = str(failure)
+            raise
         if not hello.get("ok"):
             self.load_failure = str(hello.get("message"))
 

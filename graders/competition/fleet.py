@@ -1,0 +1,177 @@
+"""The grading fleet: every (team, kata) graded as Dask jobs, on one machine or many.
+
+With no address a `Fleet` starts a Dask cluster of its own inside this process (the embedded default: one
+worker, one thread per core, nothing to start); with `tcp://HOST:8786` it uses a running scheduler and
+the workers that joined it (`dask worker tcp://HOST:8786 --nthreads $(nproc) --resources machine=1024`).
+A job (graders/competition/jobs.py) carries data only: a team's solution file, the kata, the phase, the
+device and the seed; the worker machine grades it in processes of its own and sends back the records.
+
+- Timing stays alone, per machine: each worker offers MACHINE units of the resource "machine"; a
+  correctness job takes 1, a speed job all of them, so a machine times only when no other job runs there.
+  `timing_host` pins every speed job to that machine.
+- A kata's speed job is submitted once its correctness job is back, and only if the solution loaded.
+- A job lost with its worker is run again elsewhere by the scheduler; one whose solution took down the
+  machines grading it more than the scheduler allows (distributed.scheduler.allowed-failures, 3) comes back
+  as "crashed the grader", with a reason. A machine at another project version refuses its jobs; they go
+  to the other machines, or fail with its sentence when none is left.
+
+May import: graders.frame, graders.batch, graders.competition (jobs).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from graders.batch.summary import failed_grading, summarise
+from graders.competition.jobs import MACHINE, did_not_load, grade_job, make_job, speed_not_run
+from graders.frame.levels import CheckResult
+
+
+@dataclass
+class Job:
+    team: str
+    kata: str
+    phase: str
+    files: dict[str, bytes] = field(repr=False, default_factory=dict)
+    refused_by: set[str] = field(default_factory=set)
+
+
+class Fleet:
+    """A Dask client: a cluster of its own in this process when address is None."""
+
+    def __init__(self, address: str | None = None, *, timing_host: str | None = None, device: str = "cpu",
+                 threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0, slots: int | None = None):
+        from distributed import Client, LocalCluster  # here: a learner's score.py needs no Dask
+
+        self.device, self.threads, self.kata_timeout, self.kata_memory = device, threads, kata_timeout, kata_memory
+        self.cluster = None
+        if address is None:
+            # Threads, not processes: a job only starts and watches its grading subprocess, so the worker
+            # needs no process of its own (no second Python, no second import), and it dies with us.
+            self.cluster = LocalCluster(n_workers=1, threads_per_worker=slots or len(os.sched_getaffinity(0)),
+                                        processes=False, resources={"machine": MACHINE}, dashboard_address=None)
+            self.client = Client(self.cluster)
+        else:
+            self.client = Client(address, timeout=30)
+        self.timing_host = timing_host
+        self._timing_workers = self._resolve(timing_host) if timing_host else None
+        self.refusals: dict[str, str] = {}  # worker address: its sentence
+
+    def _resolve(self, host: str) -> list[str]:
+        """The workers on `host` (a host name, an address or a worker's name)."""
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError:
+            ip = None
+        hosts = self.client.run(socket.gethostname)  # worker address: its host name
+        found = [address for address, info in self.client.scheduler_info(n_workers=-1)["workers"].items()
+                 if host in (address, info.get("host"), str(info.get("name")), hosts.get(address)) or info.get("host") == ip]
+        if not found:
+            raise ValueError(f"--timing-host {host}: no worker of this cluster runs there (workers: "
+                             f"{', '.join(sorted(set(hosts.values()))) or 'none'})")
+        return found
+
+    def workers(self) -> list[str]:
+        return list(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def submit(self, job: Job, seed: int):
+        """A Dask future for one job."""
+        payload = make_job(job.team, job.kata, job.files, job.phase, seed, device=self.device, threads=self.threads,
+                           kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
+        options: dict = {"resources": {"machine": MACHINE if job.phase == "speed" else 1}, "pure": False,
+                         "key": f"grade-{job.phase}-{job.kata}-{job.team}-{os.urandom(4).hex()}"}
+        if job.phase == "speed" and self._timing_workers:
+            options["workers"] = self._timing_workers
+        if job.refused_by:
+            others = [w for w in (options.get("workers") or self.workers()) if w not in job.refused_by]
+            options["workers"] = others
+        return self.client.submit(grade_job, payload, **options)
+
+    def run_jobs(self, jobs: list[Job], seed: int, *, speed: bool = True) -> Iterator[tuple[Job, dict]]:
+        """Grade `jobs` (phase "correctness" or "all"; with speed, each kata's speed job follows its
+        correctness job); yields (job, result) as each job's result arrives. A result holds "records" or
+        "failed" (a failed_grading dict)."""
+        from distributed import as_completed
+        from distributed.scheduler import KilledWorker
+
+        pending = {self.submit(job, seed): job for job in jobs}
+        flow = as_completed(list(pending))
+        for future in flow:
+            job = pending.pop(future)
+            try:
+                result = future.result()
+            except KilledWorker as exc:
+                result = {"failed": failed_grading(
+                    "crashed the grader", f"{job.kata}'s solution took down the machine grading it again and again "
+                    f"({exc}); the team's other katas are unaffected.")}
+            except Exception as exc:  # noqa: BLE001 - a refusal, or anything else that went wrong on a worker
+                if type(exc).__name__ == "WrongVersion":
+                    sentence = str(exc)
+                    worker = sentence.split()[1]
+                    if worker not in self.refusals:
+                        self.refusals[worker] = sentence
+                        print(f"REFUSED: {sentence}", file=sys.stderr, flush=True)
+                    job.refused_by.add(worker)
+                    if [w for w in self.workers() if w not in job.refused_by]:
+                        again = self.submit(job, seed)
+                        pending[again] = job
+                        flow.add(again)
+                        continue
+                    result = {"failed": failed_grading("refused", sentence)}
+                else:
+                    result = {"failed": failed_grading("crashed", f"the grading job failed: {type(exc).__name__}: {exc}")}
+            finally:
+                future.release()
+            yield job, result
+            if speed and job.phase == "correctness":
+                reason = did_not_load(result)
+                if reason is None:
+                    follow = Job(job.team, job.kata, "speed", job.files)
+                    again = self.submit(follow, seed)
+                    pending[again] = follow
+                    flow.add(again)
+                else:
+                    yield Job(job.team, job.kata, "speed"), speed_not_run(job.kata, reason)
+
+    def grade(self, team: str, files: dict[str, bytes], katas: list[str], seed: int, *, speed: bool = True,
+              on_result: Callable[[str, str, dict], None] | None = None) -> dict[str, dict]:
+        """Grade one team's files ({"03_conv_bn/solution.py": b"..."}) for `katas`; returns {kata: summary
+        dict as graders.batch.summary.summarise makes it, plus the machine}, calling on_result(team, kata,
+        summary) as each kata finishes."""
+        phase = "correctness" if speed else "all"
+        parts: dict[str, dict[str, dict]] = {kata: {} for kata in katas}
+        summaries: dict[str, dict] = {}
+        for job, result in self.run_jobs([Job(team, kata, phase, files) for kata in katas], seed, speed=speed):
+            parts[job.kata][job.phase] = result
+            if len(parts[job.kata]) == (2 if speed else 1):
+                summaries[job.kata] = combine(job.kata, parts[job.kata])
+                if on_result:
+                    on_result(team, job.kata, summaries[job.kata])
+        return summaries
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def __enter__(self) -> "Fleet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def combine(kata: str, parts: dict[str, dict]) -> dict:
+    """A kata's summary from its jobs' results ({phase: result}), with the machine each phase ran on:
+    "machine" is the one its speed level was timed on (or its only job's, without speed)."""
+    failed = next((p["failed"] for p in parts.values() if "failed" in p), None)
+    summary = dict(failed) if failed else summarise(kata, [CheckResult.from_dict(r) for p in parts.values()
+                                                          for r in p["records"]])
+    machines = {phase: p.get("machine") for phase, p in parts.items()}
+    summary["machine"] = machines.get("speed") or machines.get("all") or machines.get("correctness")
+    summary["machines"] = machines
+    summary["seconds"] = sum(p.get("seconds") or 0.0 for p in parts.values())
+    return summary

@@ -1,0 +1,165 @@
+"""What one grading job runs on a worker machine of the fleet (graders/competition/fleet.py submits it).
+
+A job is data: one team's solution file for one kata (bytes), the kata, the phase (the correctness levels,
+the speed level, or all levels with --no-speed), the device, the options and the secret seed, stamped
+with the organiser's project version. `grade_job` checks the stamp against its own machine's (a machine at
+another version refuses the job with a sentence saying so), stages the file in a scratch folder of its
+own, grades it exactly as a single machine does (a pytest subprocess, graders.batch.processes.run_katas,
+whose judge runs the solution only in a sandboxed worker process: neither this process nor the judge
+ever imports solution code) and returns JSON-able data: the check records or a failure, the machine, and
+its own start and end. The Dask worker imports this module by name, so the function that runs is always
+the worker machine's own copy of the project.
+
+May import: graders.frame, graders.batch.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import socket
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+
+from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
+from graders.frame.catalogue import KATAS, REPO_ROOT
+from graders.frame.levels import LEVELS, CheckResult
+
+# The phases of a kata's grading: its correctness levels, its speed level (alone on its machine), or every
+# level at once (--no-speed, where the speed level is only recorded as skipped).
+PHASES = {"correctness": CORRECTNESS_LEVELS, "speed": SPEED_LEVELS, "all": None}
+# Every worker machine offers this much of the "machine" resource (dask worker --resources machine=1024);
+# a correctness job takes 1, a speed job all of it. Its thread count (--nthreads, one per core) bounds how
+# many correctness jobs run at once; a speed job starts only when none runs there, and none starts beside
+# it. 1024 = 2**10, so the scheduler's sums of it stay exact.
+MACHINE = 1024
+SOLUTION = re.compile(r"^(\d\d_[a-z0-9_]+)/solution\.py$")
+# Sentences that mean the solution never loaded (graders/frame/solution.py, graders/isolation/worker.py),
+# or hung (graders/run/session.py): a correctness job whose every failure says one of them, and that
+# passed nothing, is not followed by a speed job that would load it again and wait out its own time-out.
+NOT_LOADED = ("does not exist:", "does not compile:", "importing ", "timed out: importing the solution",
+              "timed out: the check did not finish", "earlier checks of")
+
+
+class WrongVersion(RuntimeError):
+    """The worker machine's project differs from the organiser's: it refuses the job."""
+
+
+@cache
+def project_version() -> str:
+    """A hash of every file under graders/ (the graders, kata declarations and manifests)."""
+    digest = hashlib.sha256()
+    root = REPO_ROOT / "graders"
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.suffix not in (".pyc", ".pyo")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch  # only here: organiser mode's other paths need no tensor library
+
+        return torch.cuda.get_device_name()
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+@cache
+def machine(device: str = "cpu") -> dict:
+    """The machine a job ran on: its host name and the CPU or GPU model it timed with."""
+    return {"host": socket.gethostname(), "device": device, "device_name": device_name(device)}
+
+
+def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: int, *, device: str = "cpu",
+             threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
+    """A job for the fleet: only this kata's solution file travels."""
+    name = f"{kata}/solution.py"
+    return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "seed": seed,
+            "files": {name: files[name]} if name in files else {}, "device": device, "threads": threads,
+            "kata_timeout": kata_timeout, "kata_memory": kata_memory}
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _log(event: str, job: dict, address: str) -> None:
+    """One line per job start and end in $FX_KATAS_JOB_LOG (if set): the order of jobs on each worker."""
+    path = os.environ.get("FX_KATAS_JOB_LOG")
+    if path:
+        line = json.dumps({"event": event, "worker": address, "team": job["team"], "kata": job["kata"],
+                           "phase": job["phase"], "pid": os.getpid()}) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write with O_APPEND: lines of concurrent jobs never mix
+        finally:
+            os.close(fd)
+
+
+def grade_job(job: dict) -> dict:
+    """Run one job on this machine; raises WrongVersion when this machine's project is not the organiser's."""
+    address, here = _worker_address(), machine(job["device"])
+    mine = project_version()
+    if job["version"] != mine:
+        raise WrongVersion(
+            f"worker {address} on {here['host']} refuses {job['team']}'s {job['kata']}: its project version "
+            f"(hash of graders/) is {mine[:12]}, the organiser's is {job['version'][:12]}; check out the "
+            f"organiser's commit there, run `uv sync` and start its worker again.")
+    kata, levels = job["kata"], PHASES[job["phase"]]
+    if kata not in KATAS:
+        raise ValueError(f"unknown kata {kata!r}")
+    _log("start", job, address)
+    started = time.time()
+    try:
+        with tempfile.TemporaryDirectory(prefix="fx-katas-job-") as scratch:
+            tree = Path(scratch) / "tree"
+            tree.mkdir()
+            for name, data in job["files"].items():
+                found = SOLUTION.match(name)
+                if found and found.group(1) == kata:  # nothing else a job carries reaches the disk
+                    (tree / kata).mkdir(exist_ok=True)
+                    (tree / name).write_bytes(data)
+            args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=job["phase"] == "all",
+                                      isolate=True, kata_timeout=job["kata_timeout"], kata_memory=job["kata_memory"])
+            outcomes, _ = run_katas([kata], tree, args, job["seed"], levels, 1)
+        outcome = outcomes[kata]
+    finally:
+        _log("end", job, address)
+    result = {"team": job["team"], "kata": kata, "phase": job["phase"], "worker": address, "machine": here,
+              "started": started, "seconds": time.time() - started}
+    if isinstance(outcome, dict):
+        return {**result, "failed": outcome}
+    return {**result, "records": [r.to_dict() for r in outcome]}
+
+
+def did_not_load(result: dict) -> str | None:
+    """Why a correctness job's solution never loaded (it hung importing, did not compile, raised, was
+    missing, or its grading process hung or crashed), or None: then it is not loaded again for speed."""
+    if "failed" in result:
+        return result["failed"]["message"]
+    records = [CheckResult.from_dict(r) for r in result["records"]]
+    failures = [r for r in records if not r.passed and not r.skipped]
+    if records and not any(r.passed for r in records) and failures and all(
+            any(sentence in r.message for sentence in NOT_LOADED) for r in failures):
+        return failures[0].message.splitlines()[0]
+    return None
+
+
+def speed_not_run(kata: str, reason: str) -> dict:
+    """The speed level of a solution that did not load in its correctness job, without loading it again."""
+    record = CheckResult(kata, 3, "speed", False, 0.0, float(LEVELS[3].points),
+                         f"not run: the solution did not load in its correctness job ({reason})")
+    return {"records": [record.to_dict()], "machine": None, "worker": None, "seconds": 0.0}

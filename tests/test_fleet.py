@@ -1,0 +1,263 @@
+"""The grading fleet (graders/competition/fleet.py) with real processes on this machine: a `dask scheduler`
+and `dask worker` subprocesses, score.py --submissions over them, a worker killed mid-job, a worker at
+another project version, an organiser killed and resumed, and the job log that shows a speed job alone
+on its worker.
+
+Katas are small (04_dce, 05_cse) and most runs skip the speed level; every subprocess a test starts is
+killed when it ends, passed or failed."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from graders.competition.jobs import MACHINE
+from graders.frame.catalogue import REPO_ROOT
+
+KATAS = ["04_dce", "05_cse"]
+
+
+@pytest.fixture
+def processes():
+    """Start subprocesses (each leading its own process group); all are killed at the end of the test."""
+    started = []
+
+    def start(command, **options):
+        process = subprocess.Popen(command, start_new_session=True, **options)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Cluster:
+    """A scheduler and its workers, as subprocesses of this test."""
+
+    def __init__(self, start, tmp_path):
+        self.start, self.tmp = start, tmp_path
+        self.file = tmp_path / "scheduler.json"
+        self.log = tmp_path / "jobs.log"
+        self.workers = {}
+        self.scheduler = start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file",
+                                str(self.file), "--port", "0", "--no-dashboard", "--host", "127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.err", "w"))
+        self.address = wait_for(lambda: self.file.exists() and json.loads(self.file.read_text() or "{}").get("address"),
+                                60, "the scheduler")
+
+    def add_worker(self, name: str, root=REPO_ROOT, threads: int = 2):
+        """`dask worker` as the README starts it, run from `root` (a clone of the project)."""
+        env = {**os.environ, "FX_KATAS_JOB_LOG": str(self.log), "PYTHONPATH": str(root)}
+        self.workers[name] = self.start(
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name, "--nthreads",
+             str(threads), "--resources", f"machine={MACHINE}", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+             "--local-directory", str(self.tmp / name)],
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(self.tmp / f"{name}.err", "w"))
+
+    def wait_for_workers(self, n: int):
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            client.wait_for_workers(n, timeout=120)
+
+
+def submissions(tmp_path, teams: dict[str, dict[str, str]]):
+    """teams: {team: {kata: "reference" | "stub" | source}}."""
+    root = tmp_path / "submissions"
+    for team, katas in teams.items():
+        (root / team).mkdir(parents=True)
+        for kata, what in katas.items():
+            (root / team / kata).mkdir()
+            source = {"reference": REPO_ROOT / "reference" / kata / "solution.py",
+                      "stub": REPO_ROOT / "katas" / kata / "solution.py"}.get(what)
+            (root / team / kata / "solution.py").write_text(source.read_text() if source else what)
+    return root
+
+
+def score_command(tmp_path, subs, *args, name="run", katas=KATAS):
+    katas = [option for kata in katas for option in ("--kata", kata)]
+    return [sys.executable, str(REPO_ROOT / "graders" / "score.py"), "--submissions", str(subs), *katas,
+            "--results-dir", str(tmp_path / "results"), "--leaderboard", str(tmp_path / "LEADERBOARD.md"),
+            "--json", str(tmp_path / f"{name}.json"), *args]
+
+
+def score(tmp_path, subs, *args, name="run", env=None, timeout=600, katas=KATAS):
+    proc = subprocess.run(score_command(tmp_path, subs, *args, name=name, katas=katas), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return proc, {run["team"]: run for run in json.loads((tmp_path / f"{name}.json").read_text())}
+
+
+def points(runs: dict) -> dict:
+    return {team: {kata: result["points"] for kata, result in run["katas"].items()} for team, run in runs.items()}
+
+
+def job_log(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+THREE_TEAMS = {"ada": {"04_dce": "reference", "05_cse": "reference"},
+               "bob": {"04_dce": "stub", "05_cse": "raise ImportError('half done')\n"},
+               "cy": {"04_dce": "reference", "05_cse": "stub"}}
+
+
+def test_a_real_cluster_grades_as_the_local_run_does(tmp_path, processes):
+    cluster = Cluster(processes, tmp_path)
+    cluster.add_worker("w1")
+    cluster.add_worker("w2")
+    subs = submissions(tmp_path, THREE_TEAMS)
+    cluster.wait_for_workers(2)
+    remote, remote_runs = score(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address, name="remote")
+    local, local_runs = score(tmp_path, subs, "--no-speed", "--seed", "7", name="local")
+    assert points(remote_runs) == points(local_runs)
+    assert points(remote_runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0}, remote.stderr
+    assert points(remote_runs)["bob"] == {"04_dce": 0.0, "05_cse": 0.0} and points(remote_runs)["cy"]["04_dce"] == 80.0
+    assert "ImportError: half done" in remote_runs["bob"]["katas"]["05_cse"]["message"]
+    # Both workers graded, each job once; every result names its machine.
+    log = job_log(cluster.log)
+    assert len({entry["worker"] for entry in log}) == 2
+    assert Counter((e["team"], e["kata"]) for e in log if e["event"] == "end") == Counter(
+        {(team, kata): 1 for team in THREE_TEAMS for kata in KATAS})
+    assert all(result["machine"]["host"] for run in remote_runs.values() for result in run["katas"].values())
+    assert "ada 04_dce: 80.0 points in" in remote.stderr and " on " in remote.stderr  # progress: ... on HOST
+    assert "| ada " in (tmp_path / "LEADERBOARD.md").read_text()
+
+
+def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
+    cluster = Cluster(processes, tmp_path)
+    cluster.add_worker("w1")
+    cluster.add_worker("w2")
+    subs = submissions(tmp_path, THREE_TEAMS)
+    cluster.wait_for_workers(2)
+    organiser = processes(score_command(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address),
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The first job that starts: kill its worker (SIGKILL, no goodbye) while it grades.
+    first = wait_for(lambda: next((e for e in job_log(cluster.log) if e["event"] == "start"), None), 180, "a job")
+    victim = next(name for name, w in cluster.workers.items() if w.pid == first["pid"])
+    os.kill(cluster.workers[victim].pid, signal.SIGKILL)
+    out, err = organiser.communicate(timeout=600)
+    assert organiser.returncode == 0, err
+    runs = {run["team"]: run for run in json.loads((tmp_path / "run.json").read_text())}
+    graded = [(team, kata) for team, run in runs.items() for kata, r in run["katas"].items() if r["status"] == "graded"]
+    assert sorted(graded) == sorted((team, kata) for team in THREE_TEAMS for kata in KATAS), err
+    assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0}
+    # Each (team, kata) reported once, the killed job included; its grading was finished by the other worker.
+    reported = Counter(tuple(line.split("] ", 1)[1].split(":")[0].split()) for line in err.splitlines() if line.startswith("["))
+    assert reported == Counter({(team, kata): 1 for team in THREE_TEAMS for kata in KATAS}), err
+    log = job_log(cluster.log)
+    assert any(e["event"] == "start" and (e["team"], e["kata"]) == (first["team"], first["kata"]) and
+               e["pid"] != first["pid"] for e in log)
+
+
+@pytest.mark.timing
+def test_a_speed_job_never_overlaps_another_job_on_its_worker(tmp_path):
+    """The local cluster (one worker, two threads): the job log, in the order jobs wrote it, shows no job
+    starting on a worker while a speed job runs there, and no speed job starting while another job runs."""
+    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "stub"},
+                                  "bob": {"04_dce": "stub", "05_cse": "stub"}})
+    log = tmp_path / "jobs.log"
+    proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2", env={"FX_KATAS_JOB_LOG": str(log)})
+    entries = job_log(log)
+    assert Counter(e["phase"] for e in entries if e["event"] == "end") == Counter({"correctness": 4, "speed": 4})
+    running: dict[str, list[dict]] = {}
+    overlaps = []
+    for e in entries:
+        mine = running.setdefault(e["worker"], [])
+        key = (e["team"], e["kata"], e["phase"])
+        if e["event"] == "start":
+            if mine and (e["phase"] == "speed" or any(j[2] == "speed" for j in mine)):
+                overlaps.append((key, list(mine)))
+            mine.append(key)
+        else:
+            mine.remove(key)
+    assert not overlaps, overlaps
+    # Correctness jobs did run two at a time: the slots are used.
+    assert runs["ada"]["katas"]["04_dce"]["points"] == 100.0, runs["ada"]["katas"]["04_dce"]["message"]
+    assert runs["ada"]["katas"]["04_dce"]["machine"]["device_name"]  # the machine its speed level was timed on
+
+
+def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
+    other = tmp_path / "other-clone"
+    shutil.copytree(REPO_ROOT / "graders", other / "graders", ignore=shutil.ignore_patterns("__pycache__"))
+    (other / "graders" / "frame" / "levels.py").write_text(
+        (other / "graders" / "frame" / "levels.py").read_text() + "\n# a later commit\n")
+    cluster = Cluster(processes, tmp_path)
+    cluster.add_worker("stale", root=other)
+    subs = submissions(tmp_path, {"ada": {"04_dce": "stub"}})
+    cluster.wait_for_workers(1)
+    proc, runs = score(tmp_path, subs, "--no-speed", "--cluster", cluster.address, katas=["04_dce"])
+    result = runs["ada"]["katas"]["04_dce"]
+    assert result["status"] == "refused" and result["points"] == 0
+    assert "refuses ada's 04_dce: its project version (hash of graders/) is" in result["message"]
+    assert "REFUSED: worker tcp://127.0.0.1:" in proc.stderr and "check out the organiser's commit" in proc.stderr
+
+
+def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processes):
+    subs = submissions(tmp_path, THREE_TEAMS)
+    log = tmp_path / "jobs.log"
+    env = {**os.environ, "FX_KATAS_JOB_LOG": str(log)}
+    organiser = processes(score_command(tmp_path, subs, "--no-speed", "--jobs", "2"), cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    run = organiser.stdout.readline().split("--resume ")[1].rstrip(").\n")
+    saved = tmp_path / "results" / ".runs" / run / "jobs"
+    wait_for(lambda: len(list(saved.glob("*/*.json"))) >= 2, 300, "two saved results")
+    os.killpg(organiser.pid, signal.SIGKILL)  # the organiser and the cluster in it
+    organiser.wait()
+    before = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "end"}
+    stored = {(path.parent.name, path.name.split(".")[0]) for path in saved.glob("*/*.json")}
+    assert len(stored) < len(THREE_TEAMS) * len(KATAS)
+    log.rename(tmp_path / "jobs.before.log")
+    proc, runs = score(tmp_path, subs, "--resume", run, env={"FX_KATAS_JOB_LOG": str(log)}, name="resumed")
+    again = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "start"}
+    everything = {(team, kata) for team in THREE_TEAMS for kata in KATAS}
+    assert again == everything - stored, (again, stored)
+    assert f"Resuming run {run}: {len(stored)} of 6 jobs already graded" in proc.stderr
+    assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0} and len({r["seed"] for r in runs.values()}) == 1
+    assert before >= stored
+
+
+def test_the_fleet_grades_one_teams_files_for_a_service():
+    """Fleet.grade, as a live service calls it: files in, a summary per kata out, on_result as each finishes."""
+    from graders.competition.fleet import Fleet
+
+    files = {"04_dce/solution.py": (REPO_ROOT / "katas" / "04_dce" / "solution.py").read_bytes(),
+             "05_cse/solution.py": b"def eliminate(gm)\n"}
+    seen = []
+    with Fleet(slots=2) as fleet:
+        summaries = fleet.grade("ada", files, KATAS, seed=1, speed=False,
+                                on_result=lambda team, kata, summary: seen.append((team, kata, summary["points"])))
+    assert sorted(seen) == [("ada", "04_dce", 0.0), ("ada", "05_cse", 0.0)]
+    assert "still the stub" in summaries["04_dce"]["message"] and "does not compile" in summaries["05_cse"]["message"]
+    assert summaries["04_dce"]["machine"]["host"] and summaries["04_dce"]["levels"]["3"] == [0.0, 20.0]
+
+
+def test_a_solution_that_hangs_loading_costs_its_kata_little_and_is_not_loaded_for_speed(tmp_path):
+    """It hangs without spinning (the CPU stays with the other tests); with the default time-outs its
+    correctness job gives up on it within one check's time-out, and no speed job loads it again."""
+    subs = submissions(tmp_path, {"ada": {"04_dce": "import queue\n\nqueue.Queue().get()\n"}})
+    log = tmp_path / "jobs.log"
+    proc, runs = score(tmp_path, subs, "--seed", "3", katas=["04_dce"], env={"FX_KATAS_JOB_LOG": str(log)})
+    result = runs["ada"]["katas"]["04_dce"]
+    assert result["points"] == 0 and result["seconds"] < 90, (result["seconds"], result["message"])
+    assert "timed out: importing the solution did not finish" in result["message"]
+    assert [e["phase"] for e in job_log(log) if e["event"] == "start"] == ["correctness"]
+    speed = [c for c in result["checks"] if c["level"] == 3]
+    assert len(speed) == 1 and "not run: the solution did not load in its correctness job" in speed[0]["message"]
