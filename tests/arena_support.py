@@ -141,7 +141,7 @@ class Server:
         env = {**os.environ, "TMPDIR": str(self.scratch)}
         with open(self.log, "w") as log:
             self.process = subprocess.Popen([sys.executable, ARENA, "serve", "--db", self.db, "--port", str(self.port),
-                                             "--cluster", "none", *self.args], cwd=REPO_ROOT, stdout=log,
+                                             *self.args], cwd=REPO_ROOT, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -115,7 +115,7 @@ def export(session: Session, competition: Competition, results_dir: Path, leader
                     (Path(tmp) / f.path).parent.mkdir(parents=True, exist_ok=True)
                     (Path(tmp) / f.path).write_bytes(f.content)
                 run = make_run(team, Path(tmp), Path(tmp), katas, competition.seed, args)
-            machines = {r.get("machine") for r in katas.values() if r.get("machine")}
+            machines = {r["machine"]["device_name"] for r in katas.values() if r.get("machine")}
             run.update(timestamp=iso(submission.created).replace("Z", "+00:00"), solutions=f"arena submission {submission.id}",
                        **({"device_name": " + ".join(sorted(machines))} if machines else {}))
             stored.append(store_run(results_dir, run))

@@ -53,8 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--cluster", metavar="ADDRESS",
-                       help="grade on this Dask cluster (tcp://HOST:8786); 'none': in this machine's processes "
-                            "without Dask (default: the fleet's own local cluster where the fleet is installed)")
+                       help="grade on this Dask cluster (tcp://HOST:8786; default: a local cluster of the fleet's own)")
     serve.add_argument("--grading-threads", type=int, default=1, metavar="N",
                        help="submissions graded at once (default 1)")
     create = commands.add_parser("create", parents=[common], help="create the competition; prints the organiser's token")

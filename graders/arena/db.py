@@ -14,8 +14,8 @@ import hashlib
 import secrets
 from contextlib import contextmanager
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text,
-                        UniqueConstraint, create_engine, event, select)
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, UniqueConstraint,
+                        create_engine, event, select)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 DEFAULT_DB = "sqlite:///arena.db"

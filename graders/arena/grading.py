@@ -2,10 +2,9 @@
 
 A backend has the shape of the fleet's `Fleet` (graders/competition/fleet.py): `grade(team, files, katas,
 seed, *, speed, on_result)` returns {kata: summary} and calls on_result(team, kata, summary) as each kata
-finishes; `close()`. `make_grader` is the one place that picks it: the fleet (a Dask cluster, its own
-LocalCluster without an address) when `--cluster` names one or the fleet is installed, else `LocalGrader`,
-which grades in pytest subprocesses on this machine. Either way solution code runs only in sandboxed
-grading workers; this process never imports it.
+finishes; `close()`. `make_grader` makes it: the fleet on the Dask cluster `--cluster` names, or on a
+local cluster of its own (one machine, nothing to start). Solution code runs only in sandboxed grading
+workers; this process never imports it.
 
 The queue is the database: a thread takes the oldest queued (or interrupted) submission, grades the
 katas that have no result row yet and stores each result as it comes, so a server killed mid-grading
@@ -16,14 +15,10 @@ graders.arena.db.
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import logging
 import os
 import signal
-import tempfile
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -31,9 +26,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from graders.arena.db import Database, KataResult, Submission, SubmittedFile, Team, now
-from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
-from graders.batch.summary import failed_grading, summarise
-from graders.competition.organiser import apply_scan, device_name
+from graders.batch.summary import failed_grading
+from graders.competition.organiser import apply_scan
 from graders.isolation.scan import scan_source
 
 log = logging.getLogger("arena")
@@ -46,82 +40,6 @@ class Grader(Protocol):
               on_result: OnResult | None = None) -> dict[str, dict]: ...
 
     def close(self) -> None: ...
-
-
-def stage(files: dict[str, bytes], root: Path) -> Path:
-    for path, content in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(content)
-    return root
-
-
-class MachineLock:
-    """Shared by correctness grading, exclusive while a speed level is graded: with several grading
-    threads, no timing shares the machine with other grading (as organiser mode's speed phase runs
-    alone). A waiting timing holds back new shared holders, so it is not starved."""
-
-    def __init__(self):
-        self.condition = threading.Condition()
-        self.shared_holders, self.exclusive_held, self.exclusive_waiting = 0, False, 0
-
-    @contextmanager
-    def shared(self):
-        with self.condition:
-            self.condition.wait_for(lambda: not self.exclusive_held and not self.exclusive_waiting)
-            self.shared_holders += 1
-        try:
-            yield
-        finally:
-            with self.condition:
-                self.shared_holders -= 1
-                self.condition.notify_all()
-
-    @contextmanager
-    def exclusive(self):
-        with self.condition:
-            self.exclusive_waiting += 1
-            self.condition.wait_for(lambda: not self.exclusive_held and not self.shared_holders)
-            self.exclusive_waiting -= 1
-            self.exclusive_held = True
-        try:
-            yield
-        finally:
-            with self.condition:
-                self.exclusive_held = False
-                self.condition.notify_all()
-
-
-class LocalGrader:
-    """Grades kata by kata in pytest subprocesses of this machine (graders.batch.processes.run_katas), the
-    solution code only in sandboxed workers (--isolate), as organiser mode does: the correctness levels
-    first, then the speed level with the machine to itself (MachineLock)."""
-
-    def __init__(self, *, device: str = "cpu", kata_timeout: float = 900.0, kata_memory: float = 8.0):
-        self.device, self.kata_timeout, self.kata_memory = device, kata_timeout, kata_memory
-        self.machine = MachineLock()
-
-    def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
-        args = argparse.Namespace(device=self.device, threads=1, no_speed=not speed, isolate=True,
-                                  kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
-        graded = {}
-        with tempfile.TemporaryDirectory(prefix="arena-") as tmp:
-            tree = stage(files, Path(tmp))
-            for kata in katas:
-                with self.machine.shared():
-                    outcomes = [run_katas([kata], tree, args, seed, CORRECTNESS_LEVELS if speed else None, 1)[0][kata]]
-                if speed:
-                    with self.machine.exclusive():
-                        outcomes.append(run_katas([kata], tree, args, seed, SPEED_LEVELS, 1)[0][kata])
-                failed = next((o for o in outcomes if isinstance(o, dict)), None)
-                summary = failed or summarise(kata, [r for o in outcomes for r in o])
-                summary["machine"] = device_name(self.device)
-                graded[kata] = summary
-                if on_result:
-                    on_result(team, kata, summary)
-        return graded
-
-    def close(self) -> None:
-        pass
 
 
 class FleetGrader:
@@ -139,19 +57,9 @@ class FleetGrader:
         self.fleet.close()
 
 
-def fleet_installed() -> bool:
-    try:
-        return importlib.util.find_spec("graders.competition.fleet") is not None
-    except ImportError:
-        return False
-
-
 def make_grader(cluster: str | None) -> Grader:
-    """THE switch. `--cluster none`: this machine's subprocesses. `--cluster tcp://HOST:8786`: that Dask
-    cluster. No --cluster: the fleet's own local Dask cluster where the fleet is installed, else this
-    machine's subprocesses."""
-    if cluster == "none" or (cluster is None and not fleet_installed()):
-        return LocalGrader()
+    """The grading backend: the fleet on the Dask cluster at `cluster` (tcp://HOST:8786), or on a local
+    cluster of its own when None."""
     return FleetGrader(cluster)
 
 
