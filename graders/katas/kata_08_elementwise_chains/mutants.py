@@ -57,6 +57,18 @@ MUTANTS = [
            "        module = modules.get(node.target)\n", caught_at=4),
     # The fused node is one node, numerically right, but still runs the ops one by one: only L3 sees it.
     Mutant("fused_node_calls_ops_one_by_one", PLAN, "", caught_at=3),
+    # One buffer, every later op in place, no tiles (this kata's reference before tiling): no fresh tensors,
+    # yet each op still reads and writes the whole tensor. The traffic count at L3 sees it; under glibc's
+    # default allocator the clock alone would not (the page faults it saves read 3.8x).
+    Mutant("reuses_one_buffer_untiled", "TILES = 256", "TILES = 1", caught_at=3),
+    # Lets a call with out= join a chain: it writes into a tensor that others hold.
+    Mutant("ignores_out_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
+           'if node.kwargs.get("inplace", False):', caught_at=2),
+    # Deletes each fused call_module's module from the GraphModule, though another node may still call it.
+    Mutant("deletes_modules_still_called", "            gm.graph.erase_node(node)\n",
+           "            gm.graph.erase_node(node)\n"
+           "            if node.op == 'call_module':\n"
+           "                gm.delete_submodule(node.target)\n", caught_at=2),
 ]
 
 VARIANTS = [
