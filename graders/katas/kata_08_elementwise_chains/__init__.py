@@ -113,7 +113,8 @@ WHAT = "the fused five-op chain on a 4096x4096 tensor"
 
 @KATA.check(3)
 def five_op_chain_speedup(ctx: Context) -> dict:
-    """L3: the memory traffic of the fused benchmark, counted exactly (traffic.py), then its time."""
+    """L3: the memory traffic of the fused benchmark, counted exactly (traffic.py), and its time. Both are
+    reported; a count over the limit fails the check whatever the clock says."""
     run = harness.apply(ctx, BENCHMARK, FUSE)
     batch = BENCHMARK.batch_sizes[0]
     inputs = run.make_inputs(batch)
@@ -121,16 +122,23 @@ def five_op_chain_speedup(ctx: Context) -> dict:
     limit = ctx.kata.manifest["speed"]["max_traffic_fraction"]
     traffic = {"memory_traffic_before": before, "memory_traffic_after": after,
                "memory_traffic_ratio": round(before / max(after, 1), 3), "max_traffic_fraction": limit}
-    if after > limit * before:
+    too_much = after > limit * before
+    if ctx.device.type not in ctx.kata.thresholds:  # CUDA: the count alone (kata.toml says why)
+        figures = {"device": ctx.device.type, "timed": False}
+    else:
+        try:
+            figures = harness.assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch),
+                                             ctx.kata.thresholds, what=WHAT, hint=SPEED_HINT)
+        except CheckFailed as failure:
+            if not too_much or failure.figures.get("disqualified"):
+                raise
+            figures = failure.figures  # too slow as well: the count is the sentence, the time a figure
+    if too_much:
         raise CheckFailed(
             f"{WHAT} moves {after / 2**20:.0f} MiB between memory and a modelled {CACHE_BYTES // 2**20} MiB cache per "
             f"call, the traced original {before / 2**20:.0f} MiB; this level allows at most {limit:.0%} of the "
             f"original's ({limit * before / 2**20:.0f} MiB), counted exactly, not timed. Hint: {SPEED_HINT}",
-            {**traffic, "device": ctx.device.type})
-    if ctx.device.type not in ctx.kata.thresholds:  # CUDA: the count alone (kata.toml says why)
-        return {**traffic, "device": ctx.device.type, "timed": False}
-    figures = harness.assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch), ctx.kata.thresholds,
-                                     what=WHAT, hint=SPEED_HINT)
+            {**figures, **traffic})
     return {**figures, **traffic}
 
 
