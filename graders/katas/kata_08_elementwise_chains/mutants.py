@@ -60,7 +60,7 @@ MUTANTS = [
     # One buffer, every later op in place, no tiles (this kata's reference before tiling): no fresh tensors,
     # yet each op still reads and writes the whole tensor. The traffic count at L3 sees it; under glibc's
     # default allocator the clock alone would not (the page faults it saves read 3.8x).
-    Mutant("reuses_one_buffer_untiled", "TILES = 256", "TILES = 1", caught_at=3),
+    Mutant("reuses_one_buffer_untiled", "\nTILES = 256\n", "\nTILES = 1\n", caught_at=3),
     # Lets a call with out= join a chain: it writes into a tensor that others hold.
     Mutant("ignores_out_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
            'if node.kwargs.get("inplace", False):', caught_at=2),
