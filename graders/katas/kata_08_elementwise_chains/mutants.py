@@ -6,6 +6,13 @@ NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    chains = fi
                caught_at=1)
 ONE_USER = "if source in elementwise and len(source.users) == 1:"
 PLAN = "        steps = plan_in_place(steps)\n"
+FUSE_TAIL = ("        children = {step.target: modules[chain[position].target]\n"
+             "                    for position, step in enumerate(steps) if step.op == \"call_module\"}\n"
+             "        name = f\"fused_chain_{number}\"\n"
+             "        while hasattr(gm, name):\n"
+             "            name += \"_\"\n"
+             "        tensor_inputs = tuple(i for i, node in enumerate(inputs) if not is_number(node))\n"
+             "        gm.add_submodule(name, FusedElementwiseChain(steps, children, tensor_inputs, len(inputs)))\n")
 
 MUTANTS = [
     NO_OP,
@@ -55,8 +62,10 @@ MUTANTS = [
     Mutant("modules_by_attribute_name", "        module = modules.get(node.target)\n",
            "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
            "        module = modules.get(node.target)\n", caught_at=4),
-    # The fused node is one node, numerically right, but still runs the ops one by one: only L3 sees it.
-    Mutant("fused_node_calls_ops_one_by_one", PLAN, "", caught_at=3),
+    # The fused node is one node, numerically right, but still runs the ops one by one on the whole tensor
+    # (no plan in place, no tiles): only L3 sees it.
+    Mutant("fused_node_calls_ops_one_by_one", PLAN + FUSE_TAIL, FUSE_TAIL.replace("tensor_inputs, len(inputs)", "(), len(inputs)"),
+           caught_at=3),
     # One buffer, every later op in place, no tiles (this kata's reference before tiling): no fresh tensors,
     # yet each op still reads and writes the whole tensor. The traffic count at L3 sees it; under glibc's
     # default allocator the clock alone would not (the page faults it saves read 3.8x).
