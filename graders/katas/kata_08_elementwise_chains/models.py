@@ -161,6 +161,10 @@ EXACT_CASES: dict[str, Case] = {
                             "int64 * 3 + 1 stays int64, / 2 gives float32, + a float64 tensor gives float64: a buffer "
                             "of the old dtype cannot hold the result.",
                             inputs=lambda b: (torch.randint(-20, 20, (b, 9)), torch.randn(b, 9, dtype=torch.float64))),
+    "tensor_operand_promotes": case(lambda m, x, y: (x * 1.5).add(y).tanh(), 9, [["mul", "add", "tanh"]],
+                                    "float32 + a float64 tensor gives float64: a float32 buffer cannot hold the "
+                                    "result, so `add_` of a tensor operand is not the same op.",
+                                    inputs=lambda b: (torch.randn(b, 9), torch.randn(b, 9, dtype=torch.float64))),
     "alpha_and_rounding_mode": case(
         lambda m, x, y: torch.div(torch.sub(y, torch.add(x, y, alpha=0.5), alpha=2), 0.3, rounding_mode="floor")
         .mul(0.25).tanh(), 9, [["add", "sub", "div", "mul", "tanh"]],
