@@ -20,7 +20,7 @@ from graders.run.numerics import assert_same_outputs
 # skipping work (cached outputs, a slowed-down baseline), not from a rewrite. The references reach at
 # most 1.7x the threshold (kata READMEs), so an honest pass has a wide margin below the ceiling.
 IMPLAUSIBLE_OVER_THRESHOLD = 4.0
-IMPLAUSIBLE_OVER_FRESH_BYTES = 2.0  # times fresh_bytes_ratio (cost_figures)
+IMPLAUSIBLE_OVER_FRESH_BYTES = 2.0  # times fresh_bytes_ratio (cost_figures), or the kata's own `ideal`
 IMPLAUSIBLE_ALWAYS = 10.0  # whatever the bytes say: a candidate that writes no fresh tensor has an infinite ratio
 
 
@@ -172,7 +172,7 @@ def _megabytes(n: float) -> str:
 
 def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Callable[[], tuple],
                    thresholds: dict[str, float], *, what: str, hint: str,
-                   max_bytes_fraction: float | None = None) -> dict:
+                   max_bytes_fraction: float | None = None, ideal: float | None = None) -> dict:
     """The L3 verdict: the candidate must beat the traced original by the kata's threshold on this device.
 
     `max_bytes_fraction`, for katas whose gain is fresh tensors not written, also caps the bytes the
@@ -180,6 +180,9 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
     graded even when allocation costs swing (page faults in a VM), and the time threshold can sit low
     enough that the reference never fails it. Outputs are compared again on fresh inputs after timing,
     so a candidate that returns cached results cannot pass.
+
+    `ideal`: the speedup the kata's own exact count allows (kata 08: its memory-traffic ratio), for the
+    implausibility ceiling; by default `fresh_bytes_ratio`.
     """
     threshold = thresholds[ctx.device.type]
     inputs = make_inputs()
@@ -207,7 +210,8 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
             if isinstance(timed, torch.Tensor) and timed.is_floating_point():
                 timed.copy_(fresh)
     assert_same_outputs(baseline, candidate, [inputs, make_inputs(), make_inputs()], what=what)
-    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * figures["fresh_bytes_ratio"]),
+    allowed = figures["fresh_bytes_ratio"] if ideal is None else ideal
+    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * allowed),
                   IMPLAUSIBLE_ALWAYS * threshold)
     if speed.median > ceiling:
         raise CheckFailed(

@@ -128,7 +128,8 @@ def five_op_chain_speedup(ctx: Context) -> dict:
     else:
         try:
             figures = harness.assert_speedup(ctx, run.before, run.gm, lambda: run.make_inputs(batch),
-                                             ctx.kata.thresholds, what=WHAT, hint=SPEED_HINT)
+                                             ctx.kata.thresholds, what=WHAT, hint=SPEED_HINT,
+                                             ideal=traffic["memory_traffic_ratio"])  # the ceiling: traffic saved
         except CheckFailed as failure:
             if not too_much or failure.figures.get("disqualified"):
                 raise
