@@ -19,12 +19,12 @@ from graders.frame.levels import CheckFailed
 from graders.run.numerics import assert_same_outputs
 
 
-# A speedup this far above what the kata asks for, and above what the bytes saved allow, comes from
+# A speedup this far above what the kata asks for, and above what the fresh-tensor bytes saved allow, comes from
 # skipping work (cached outputs, a slowed-down baseline), not from a rewrite. The references reach at
 # most 1.7x the threshold (kata READMEs), so an honest pass has a wide margin below the ceiling.
 IMPLAUSIBLE_OVER_THRESHOLD = 4.0
-IMPLAUSIBLE_OVER_IDEAL = 2.0
-IMPLAUSIBLE_ALWAYS = 10.0  # whatever the bytes say: a candidate that writes nothing has an infinite "ideal"
+IMPLAUSIBLE_OVER_FRESH_BYTES = 2.0  # times fresh_bytes_ratio (cost_figures), or the kata's own `ideal`
+IMPLAUSIBLE_ALWAYS = 10.0  # whatever the bytes say: a candidate that writes no fresh tensor has an infinite ratio
 
 
 @dataclass(frozen=True)
@@ -162,8 +162,10 @@ def cost_figures(before: Cost, after: Cost) -> dict:
     return {
         "aten_ops_before": before.aten_ops, "aten_ops_after": after.aten_ops,
         "bytes_written_before": before.bytes_written, "bytes_written_after": after.bytes_written,
-        # What a memory-bound pass could at best gain from writing fewer bytes.
-        "ideal_speedup_from_bytes": round(before.bytes_written / max(after.bytes_written, 1), 3),
+        # Bytes of fresh tensors written before the pass over those after: what a pass gains in allocation
+        # and first-touch page faults. Not memory traffic: an op that overwrites a tensor in place reads and
+        # writes it all the same, and writes no fresh bytes.
+        "fresh_bytes_ratio": round(before.bytes_written / max(after.bytes_written, 1), 3),
     }
 
 
@@ -173,7 +175,7 @@ def _megabytes(n: float) -> str:
 
 def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Callable[[], tuple],
                    thresholds: dict[str, float], *, what: str, hint: str,
-                   max_bytes_fraction: float | None = None) -> dict:
+                   max_bytes_fraction: float | None = None, ideal: float | None = None) -> dict:
     """The L3 verdict: the candidate must beat the traced original by the kata's threshold on this device.
 
     `max_bytes_fraction`, for katas whose gain is fresh tensors not written, also caps the bytes the
@@ -181,6 +183,9 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
     graded even when allocation costs swing (page faults in a VM), and the time threshold can sit low
     enough that the reference never fails it. Outputs are compared again on fresh inputs after timing,
     so a candidate that returns cached results cannot pass.
+
+    `ideal`: the speedup the kata's own exact count allows (kata 08: its memory-traffic ratio), for the
+    implausibility ceiling; by default `fresh_bytes_ratio`.
     """
     threshold = thresholds[ctx.device.type]
     inputs = make_inputs()
@@ -208,12 +213,13 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
             if isinstance(timed, torch.Tensor) and timed.is_floating_point():
                 timed.copy_(fresh)
     assert_same_outputs(baseline, candidate, [inputs, make_inputs(), make_inputs()], what=what)
-    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_IDEAL * figures["ideal_speedup_from_bytes"]),
+    allowed = figures["fresh_bytes_ratio"] if ideal is None else ideal
+    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * allowed),
                   IMPLAUSIBLE_ALWAYS * threshold)
     if speed.median > ceiling:
         raise CheckFailed(
             f"{what} is {speed} against the traced original: implausible for this kata (more than {ceiling:.1f}x, "
-            f"set by the required speedup and the ideal from bytes written). The result is flagged for the "
+            f"set by the required speedup and the ratio of fresh-tensor bytes written before and after). The result is flagged for the "
             f"organiser, not ranked; if your pass is honest, run it again and report it.",
             {**figures, "disqualified": True},
         )

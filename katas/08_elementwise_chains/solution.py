@@ -32,15 +32,18 @@ def find_elementwise_chains(gm: fx.GraphModule) -> list[list[fx.Node]]:
 def fuse_elementwise_chains(gm: fx.GraphModule) -> int:
     """Replace every chain of find_elementwise_chains(gm) by one node that computes it; return how many.
 
-    The fused node must compute exactly what the chain did, and faster: an unfused n-op chain writes n
-    fresh tensors, the fused node as few as autograd allows (README: "Why this pass exists").
+    The fused node must compute exactly what the chain did, and faster: an unfused n-op chain passes over
+    memory n times, the fused node once, by running the whole chain on one cache-sized tile of the tensor
+    at a time (README: "Why this pass exists").
     """
     # TODO(human): for each chain, collect the nodes it reads from outside itself: the fused node's args.
-    # TODO(human): build a module that runs the chain's ops, reusing one buffer in place where that is
-    #   exact for any input (shape, dtype, grad mode: README "When a result does not fit the buffer",
-    #   "Autograd"); never write into its inputs. Decide in place or not HERE, from the graph: the
-    #   module's forward must be traceable by torch.fx (no branch on tensors, callables that are torch
-    #   functions, Tensor methods or registered submodules). Install it with gm.add_submodule(...).
+    # TODO(human): build a module that runs the chain's ops tile by tile (a fixed number of slices of the
+    #   flattened inputs, each through every step, each result copied into its part of one output),
+    #   reusing a tile's buffer in place where that is exact for any input (shape, dtype, grad mode:
+    #   README "When a result does not fit the buffer", "Autograd"); never write into its inputs. Decide
+    #   tiles and in place or not HERE, from the graph: the module's forward must be traceable by torch.fx
+    #   (no branch on tensors, callables that are torch functions, Tensor methods or registered
+    #   submodules). Install it with gm.add_submodule(...).
     # TODO(human): insert the fused node where the chain's LAST node is (gm.graph.inserting_before),
     #   point the last node's users at it, then erase the chain's nodes, last first.
     # TODO(human): the graph changed: check it with gm.graph.lint() and regenerate forward().

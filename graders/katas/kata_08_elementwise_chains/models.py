@@ -85,6 +85,15 @@ def random_ops_break(m, x, y):
     h = F.dropout(x * 2 + 1, 0.5, training=True)
     return m.dropout(torch.sigmoid(h.relu() + torch.rand_like(h)).mul(3)).tanh().abs()
 
+def out_keyword_breaks(m, x, y):
+    buf = torch.tanh(y)
+    torch.mul(torch.relu(x + 1), 2.0, out=buf)  # writes into buf, which the sub reads: not an elementwise op here
+    return (buf - 0.5).sigmoid()
+
+def module_called_twice(m, x, y):
+    a = m.sigmoid(m.relu(x * 2) - 0.5)          # m.relu inside a chain...
+    return m.relu(a @ m.weight)                 # ...and again outside: the fused node must not take it away
+
 def under_autograd(m, x, y):
     a = torch.sigmoid(x * 2 - 1).mul(m.bias).tanh()  # backward needs the sigmoid's and the tanh's outputs
     b = torch.relu(y.detach() + 0.5) * m.bias        # a value that needs no grad, times a parameter that does
@@ -152,6 +161,10 @@ EXACT_CASES: dict[str, Case] = {
                             "int64 * 3 + 1 stays int64, / 2 gives float32, + a float64 tensor gives float64: a buffer "
                             "of the old dtype cannot hold the result.",
                             inputs=lambda b: (torch.randint(-20, 20, (b, 9)), torch.randn(b, 9, dtype=torch.float64))),
+    "tensor_operand_promotes": case(lambda m, x, y: (x * 1.5).add(y).tanh(), 9, [["mul", "add", "tanh"]],
+                                    "float32 + a float64 tensor gives float64: a float32 buffer cannot hold the "
+                                    "result, so `add_` of a tensor operand is not the same op.",
+                                    inputs=lambda b: (torch.randn(b, 9), torch.randn(b, 9, dtype=torch.float64))),
     "alpha_and_rounding_mode": case(
         lambda m, x, y: torch.div(torch.sub(y, torch.add(x, y, alpha=0.5), alpha=2), 0.3, rounding_mode="floor")
         .mul(0.25).tanh(), 9, [["add", "sub", "div", "mul", "tanh"]],
@@ -161,6 +174,13 @@ EXACT_CASES: dict[str, Case] = {
     "chains_in_graph_order": case(lambda m, x, y: torch.relu(torch.tanh(x).sigmoid() @ m.weight).add(1).sum(-1), 8,
                                   [["tanh", "sigmoid"], ["relu", "add"]],
                                   "return the chains in graph (topological) order of their first nodes."),
+    "out_keyword_breaks": case(out_keyword_breaks, 9, [["add", "relu"], ["sub", "sigmoid"]],
+                               "a call with out= writes into a tensor that others hold (here the sub reads it "
+                               "afterwards): it is not an elementwise op of the README and ends a chain.", inputs=2),
+    "module_called_twice": case(module_called_twice, 8, [["mul", "relu", "sub", "sigmoid"]],
+                                "the same nn.ReLU is called inside the chain and again outside it: the graph still "
+                                "calls it after fusing, so keep it installed (delete a submodule only when no node "
+                                "calls it any more)."),
     "no_chains": case(lambda m, x, y: ((a := torch.relu(x)) @ m.weight).sigmoid().sum(-1) + a.mean(), 8, [],
                       "a single elementwise op is not a chain: a chain has at least two nodes."),
 }

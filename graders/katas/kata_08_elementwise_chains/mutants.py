@@ -6,6 +6,13 @@ NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    chains = fi
                caught_at=1)
 ONE_USER = "if source in elementwise and len(source.users) == 1:"
 PLAN = "        steps = plan_in_place(steps)\n"
+FUSE_TAIL = ("        children = {step.target: modules[chain[position].target]\n"
+             "                    for position, step in enumerate(steps) if step.op == \"call_module\"}\n"
+             "        name = f\"fused_chain_{number}\"\n"
+             "        while hasattr(gm, name):\n"
+             "            name += \"_\"\n"
+             "        tensor_inputs = tuple(i for i, node in enumerate(inputs) if not is_number(node))\n"
+             "        gm.add_submodule(name, FusedElementwiseChain(steps, children, tensor_inputs, len(inputs)))\n")
 
 MUTANTS = [
     NO_OP,
@@ -35,7 +42,8 @@ MUTANTS = [
     Mutant("puts_chain_value_first", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)",
            "tuple(sorted(map_arg(node.args, to_template), key=lambda a: a is not CHAIN_VALUE)), "
            "map_arg(node.kwargs, to_template)", caught_at=2),
-    # Runs `value.add_(tensor)` in place too: wrong where the tensor operand broadcasts the value larger.
+    # Runs `value.add_(tensor)` in place too: wrong where the tensor operand promotes the dtype (a float64
+    # operand of a float32 value), or, untiled, where it broadcasts the value larger.
     Mutant("in_place_with_tensor_operand",
            "by_a_number = len(step.args) == 2 and isinstance(step.args[1], (int, float))",
            "by_a_number = len(step.args) == 2", caught_at=2),
@@ -50,13 +58,27 @@ MUTANTS = [
            "    planned = [Step(head.kind, 'call_method', head.kind + '_', head.args, head_in_place.kwargs)\n"
            "               if head_in_place else head]  # the head", caught_at=2),
     # Runs the chain without autograd (for speed): the outputs are right, but no gradient flows back.
-    Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        value = None",
-           "    @torch.no_grad()\n    def forward(self, *inputs):\n        value = None", caught_at=2),
+    Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        chain = self.chain",
+           "    @torch.no_grad()\n    def forward(self, *inputs):\n        chain = self.chain", caught_at=2),
     Mutant("modules_by_attribute_name", "        module = modules.get(node.target)\n",
            "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
            "        module = modules.get(node.target)\n", caught_at=4),
-    # The fused node is one node, numerically right, but still runs the ops one by one: only L3 sees it.
-    Mutant("fused_node_calls_ops_one_by_one", PLAN, "", caught_at=3),
+    # The fused node is one node, numerically right, but still runs the ops one by one on the whole tensor
+    # (no plan in place, no tiles): only L3 sees it.
+    Mutant("fused_node_calls_ops_one_by_one", PLAN + FUSE_TAIL, FUSE_TAIL.replace("tensor_inputs, len(inputs)", "(), len(inputs)"),
+           caught_at=3),
+    # One buffer, every later op in place, no tiles (this kata's reference before tiling): no fresh tensors,
+    # yet each op still reads and writes the whole tensor. The traffic count at L3 sees it; under glibc's
+    # default allocator the clock alone would not (the page faults it saves read 3.8x).
+    Mutant("reuses_one_buffer_untiled", "\nTILES = 64\n", "\nTILES = 1\n", caught_at=3),
+    # Lets a call with out= join a chain: it writes into a tensor that others hold.
+    Mutant("ignores_out_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
+           'if node.kwargs.get("inplace", False):', caught_at=2),
+    # Deletes each fused call_module's module from the GraphModule, though another node may still call it.
+    Mutant("deletes_modules_still_called", "            gm.graph.erase_node(node)\n",
+           "            gm.graph.erase_node(node)\n"
+           "            if node.op == 'call_module':\n"
+           "                gm.delete_submodule(node.target)\n", caught_at=2),
 ]
 
 VARIANTS = [
