@@ -57,7 +57,10 @@ def _known(gm: fx.GraphModule, arg):
         value = arg.meta.get("val", arg.meta.get("tensor_meta"))
     if not (isinstance(value, torch.Tensor) or hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
-    return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+    try:
+        return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+    except (TypeError, RuntimeError):  # a symbolic size (make_fx with dynamic shapes): not known here
+        return None
 
 
 def epilogue_is_exact(match, original_graph: fx.Graph, pattern_graph: fx.Graph) -> bool:
