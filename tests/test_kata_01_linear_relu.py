@@ -19,3 +19,14 @@ def test_failure_names_the_missing_bias(tmp_path):
 def test_failure_names_the_module_that_changed_type_under_the_caller(tmp_path):
     text = message(tmp_path, "converts_the_callers_linear", "traced_model_keeps_its_modules", 2)
     assert "`encoder.blocks.0.fc`" in text and "is a FusedLinearReLU" in text and "it was a Linear" in text
+
+
+def test_an_untraceable_fused_module_loses_the_same_points_in_process_and_isolated(tmp_path):
+    """A forward that branches on the input's rank runs in a learner's process, and cannot be traced by a
+    competition's worker: both runs must give it the same verdict per check (README, "Your task")."""
+    mutant = next(m for m in MUTANTS if m.name == "branches_on_input_rank")
+    tree = write_mutant_tree(tmp_path, KATA, mutant)
+    verdicts = [{r.test_id: r.passed for r in grade(KATA, tree, seed=0, levels=(1, 2, 4), isolate=isolate)}
+                for isolate in (False, True)]
+    assert verdicts[0] == verdicts[1]
+    assert not verdicts[0]["test_L1_pattern[single_pair]"] and verdicts[0]["test_L2_exact[relu6_not_fused]"]

@@ -14,7 +14,7 @@ May import: graders.frame, graders.isolation (a session runs solution code in a 
 from graders.frame.catalogue import REPO_ROOT, manifest
 from graders.frame.mutant import Mutant, Variant
 from graders.run import harness
-from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, build, on_device
+from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, assert_sendable, build, on_device
 from graders.run.models import PathChain, Program, Program2, nest_under, random_identifier, random_identifiers, random_path
 from graders.run.numerics import (
     ATOL,
@@ -37,7 +37,7 @@ from graders.run.timing import alone, measure_speedup
 __all__ = [
     "ATOL", "RTOL", "REPO_ROOT", "Called", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
-    "assert_same_outputs", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
+    "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "measure_speedup", "nest_under", "on_device",
     "random_identifier", "random_identifiers", "random_path", "run_module", "seeded",
 ]

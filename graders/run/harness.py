@@ -115,6 +115,24 @@ class Run:
         return self.ctx.call(self.via.function, module or self.gm, *self.extra_args, returns=self.via.returns)
 
 
+def assert_sendable(ctx: Context, function: str, value, hint: str = "") -> None:
+    """What a competition's worker does with what `function` returned (graders/isolation/worker.py): record it
+    as data, tracing every module and helper of the learner's own with the records' tracer. Isolated, the
+    worker has done it already; in a learner's run nothing else traces them, so without this a module the
+    worker cannot trace (a forward that branches on a tensor's rank) keeps points here that a competition
+    does not give."""
+    if ctx.session.isolate:
+        return
+    from graders.isolation import records
+
+    try:
+        records.record_values({"result": value})
+    except Exception as exc:  # noqa: BLE001 - a RecordError, or e.g. an attribute torch.save cannot pickle
+        message = str(exc) if isinstance(exc, records.RecordError) else f"{type(exc).__name__}: {exc}"
+        raise CheckFailed(f"{function} ran, but what it returned or left behind cannot be sent to the judge as "
+                          f"data: {message}." + (f" Hint: {hint}" if hint else "")) from None
+
+
 def build(ctx: Context, case: Case) -> nn.Module:
     model = case.build()
     if case.mode == "eval":

@@ -29,6 +29,7 @@ class FusedLinearReLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # TODO(human): the affine map and the ReLU, with as few ops and fresh tensors as you can.
         #   Which torch.nn.functional function is an nn.Linear's forward? Does the ReLU need a new tensor?
+        #   It must trace with torch.fx: no Python `if` on the input's rank, shape or values.
         raise NotImplementedError("TODO(human): FusedLinearReLU.forward")
 
 
@@ -40,10 +41,12 @@ def fuse_linear_relu(gm: fx.GraphModule) -> fx.GraphModule:
     """
     modules = dict(gm.named_modules())  # call_module node.target -> module
     # TODO(human): for each node that computes a ReLU (which ops and targets can that be?):
-    #   - its input must be a call_module node of an nn.Linear, and the pair must be safe to fuse;
+    #   - its input (node.args[0], or node.kwargs["input"] where it has no positional argument) must be
+    #     a call_module node of an nn.Linear, and the pair must be safe to fuse;
     #   - install a FusedLinearReLU built from that Linear (gm.set_submodule or gm.add_submodule);
     #   - insert one call_module node for it (gm.graph.inserting_before(...), gm.graph.call_module(...))
     #     reading the Linear node's inputs;
-    #   - point the ReLU node's users at the new node, then erase the ReLU node and the Linear node.
+    #   - point every use of the ReLU node at the new node (inside tuples and lists too), then erase the
+    #     ReLU node and the Linear node.
     # TODO(human): the graph changed: check it with gm.graph.lint() and regenerate forward().
     raise NotImplementedError("TODO(human): fuse_linear_relu")

@@ -44,6 +44,8 @@ def fuse_matmul_bias_relu(gm: fx.GraphModule) -> int:
     is not allowed"). The caller's gm is what is graded: edit it, do not build a new one.
     """
     # TODO(human): for each spelling, subgraph_rewriter.replace_pattern(gm, spelling, replacement);
-    #   it edits gm in place, recompiles it, and returns one Match per site it rewrote.
+    #   it edits gm in place, recompiles it, and returns one Match per site it rewrote. Is your replacement
+    #   exact for every match? If not, replace_pattern_with_filters takes filters that pick the matches
+    #   where it is (README: "The rule: exact for every match it is applied to").
     # TODO(human): return the total number of sites rewritten.
     raise NotImplementedError("TODO(human): fuse_matmul_bias_relu")

@@ -17,6 +17,7 @@ from graders.run import (
     apply,
     assert_model_unchanged,
     assert_same_outputs,
+    assert_sendable,
     input_sets,
     on_device,
 )
@@ -61,8 +62,14 @@ def parameter_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+TRACEABLE = ("in a competition the worker traces your FusedLinearReLU with torch.fx and the judge runs that trace "
+             "(README, \"Trust model\"): its forward may not branch on a tensor's rank, shape or values; "
+             "F.linear(x, weight, bias) handles every rank, with or without a bias.")
+
+
 def fused_as_expected(run: Run) -> dict:
     fused_class = fused_type(run.ctx)
+    assert_sendable(run.ctx, FUSE.function, run.gm, TRACEABLE)  # as a competition's worker does
     before, after = nodes_by_kind(run.before, fused_class), nodes_by_kind(run.gm, fused_class)
     for kind, (what, change, hint) in PER_FUSION.items() if run.case.expect is not None else ():
         expected = len(before[kind]) + change * run.case.expect
@@ -85,6 +92,7 @@ def fused_module(ctx: Context):
     fc = linear(10, 6).to(ctx.device)
     expected = copy.deepcopy(fc)
     module = ctx.call("FusedLinearReLU", fc, returns=nn.Module)
+    assert_sendable(ctx, "FusedLinearReLU", module, TRACEABLE)
     if parameter_count(module) != parameter_count(expected):
         raise CheckFailed(f"FusedLinearReLU(linear) holds {parameter_count(module)} parameters; the Linear holds "
                           f"{parameter_count(expected)}. Hint: keep the Linear's weight and bias as its parameters.")
@@ -133,10 +141,12 @@ def traced_model_keeps_its_modules(ctx: Context):  # even where outputs agree
             "and install it in gm with gm.set_submodule; never change the caller's modules (their class, "
             "parameters or buffers).")
     for name in ("nested_dotted_names", "relu_module_shared"):
-        assert_model_unchanged(apply(ctx, EXACT_CASES[name], FUSE), hint)
+        run = apply(ctx, EXACT_CASES[name], FUSE)
+        assert_sendable(ctx, FUSE.function, run.gm, TRACEABLE)
+        assert_model_unchanged(run, hint)
 
 
 KATA.speed("small_mlp_speedup", BENCHMARK, FUSE, what="the fused MLP",
            hint="every Linear in this MLP is followed by a ReLU: fuse all eight, and make the fused forward one "
-                "F.linear and one in-place relu_, nothing more.")
+                "F.linear and one in-place relu_, nothing more.", verdict=True)
 KATA.hidden(hidden_case, FUSE)

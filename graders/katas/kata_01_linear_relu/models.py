@@ -31,7 +31,12 @@ ACTIVATIONS = {
     "torch_relu": torch.relu, "torch_relu_inplace": torch.relu_,
     "functional_relu": F.relu, "functional_relu_inplace": functools.partial(F.relu, inplace=True),
     "method_relu": lambda y: y.relu(), "method_relu_inplace": lambda y: y.relu_(),
+    # The input as a keyword: symbolic_trace records torch.relu(input=y) and self.act(input=y) with no
+    # positional argument (node.args == (), node.kwargs == {"input": y}). F.relu(input=y) would not do:
+    # torch's Python wrapper passes its input on positionally.
+    "torch_relu_input_keyword": torch.relu, "relu_module_input_keyword": nn.ReLU(),
 }
+KEYWORD_INPUT = {"torch_relu_input_keyword", "relu_module_input_keyword"}  # called as act(input=y)
 RELU_SPELLINGS = list(ACTIVATIONS)
 LOOK_ALIKES = {"relu6_module": nn.ReLU6(), "leaky_relu_module": nn.LeakyReLU(0.1), "functional_relu6": F.relu6,
                "functional_leaky_relu": functools.partial(F.leaky_relu, negative_slope=0.1)}
@@ -49,6 +54,9 @@ WIRINGS = {
     "linear_module_shared": lambda fc, act, m, x: act(fc(x)) + torch.sigmoid(fc(x * 2)),
     # One ReLU module after two Linears and once more on its own: the pairs fuse, the module stays.
     "relu_module_shared": lambda fc, act, m, x: act(m.fc2(act(fc(x)))) + act(x - 0.5),
+    # The ReLU's result is read inside a container argument, not as a top-level one: a tuple output, a list.
+    "relu_in_tuple_output": lambda fc, act, m, x: (act(fc(x)), torch.tanh(x)),
+    "relu_in_list_argument": lambda fc, act, m, x: torch.cat([act(fc(x)), x], dim=-1),
 }
 
 
@@ -60,7 +68,12 @@ def block(kind: str, spelling: str, fc: nn.Linear, names: tuple | list = ("fc", 
         parts["dropout"] = nn.Dropout(0.3)
     if kind == "relu_module_shared":
         parts["fc2"] = linear(fc.out_features, fc.out_features)
-    return Program(lambda m, x: WIRINGS[kind](getattr(m, names[0]), getattr(m, names[1], activation), m, x), **parts)
+
+    def act(m):
+        module_or_function = getattr(m, names[1], activation)
+        return (lambda y: module_or_function(input=y)) if spelling in KEYWORD_INPUT else module_or_function
+
+    return Program(lambda m, x: WIRINGS[kind](getattr(m, names[0]), act(m), m, x), **parts)
 
 
 def mlp(spellings: list[str], width: int = 12) -> nn.Module:
@@ -105,6 +118,14 @@ EXACT_CASES: dict[str, Case] = {
                                    "(relu_node.replace_all_uses_with)."),
     "relu_module_shared": case(one_block("relu_module", "relu_module_shared", fin=8, fout=8), (8,), 2,
                                "the ReLU module is also called on its own: leave that call and the module alone."),
+    "relu_read_in_a_tuple_output": case(one_block("relu_module", "relu_in_tuple_output"), (10,), 1,
+                                        "the model returns (relu(fc(x)), tanh(x)): the output node's argument is a "
+                                        "tuple holding the ReLU node. relu_node.replace_all_uses_with(fused) "
+                                        "rewrites uses inside tuples, lists and dicts too; rewiring only a user's "
+                                        "top-level args misses them."),
+    "relu_read_in_a_list_argument": case(one_block("torch_relu", "relu_in_list_argument"), (10,), 1,
+                                         "torch.cat([relu(fc(x)), x]) reads the ReLU node inside a list argument: "
+                                         "relu_node.replace_all_uses_with(fused) rewrites it there too."),
     "relu6_not_fused": case(lambda: mlp(["relu6_module"]), (12,), 0, "relu6 clips at 6 as well: it is not a ReLU."),
     "functional_relu6_not_fused": case(one_block("functional_relu6"), (10,), 0,
                                        "F.relu6 clips at 6 as well: it is not a ReLU."),
@@ -135,7 +156,7 @@ BENCHMARK = case(lambda: nn.Sequential(*(m for _ in range(BENCHMARK_LAYERS)
 # Hidden models (L4): random depth, widths, input rank, ReLU spellings, names and nesting, with
 # pairs that must not fuse mixed in. The generator knows how many a correct pass fuses.
 
-FUSABLE_KINDS = ["pair", "pair", "residual"]
+FUSABLE_KINDS = ["pair", "pair", "residual", "relu_in_list_argument"]
 UNFUSABLE_KINDS = ["dropout_between", "linear_output_used_twice", "no_activation"]
 
 
@@ -151,7 +172,7 @@ def hidden_case(rng: random.Random) -> Case:
         fc_act = block(kind, spelling, linear(width, fout, bias=rng.random() < 0.7), names)
         blocks.append((random_path(rng, 3, len(blocks)), fc_act))
         fused += kind in FUSABLE_KINDS and spelling in RELU_SPELLINGS
-        width = fout
+        width = fout + width if kind == "relu_in_list_argument" else fout
     in_shape = (in_width,) if rng.random() < 0.6 else (rng.randint(2, 5), in_width)
     return case(lambda: PathChain(blocks), in_shape, fused, "the pass must work for any names, nesting depth and "
                 "ReLU spelling.", mode="train" if rng.random() < 0.3 else "eval", rng=True)

@@ -55,6 +55,21 @@ MUTANTS = [
     Mutant("converts_the_callers_linear", INSTALL,
            "        modules[linear_node.target].__class__ = FusedLinearReLU  # in place: no copy, no new module\n",
            caught_at=2),
+    # A ReLU spelled torch.relu(input=y) or self.act(input=y) has no positional argument: node.args[0] raises.
+    Mutant("reads_only_the_first_positional_argument",
+           '    return node.args[0] if node.args else node.kwargs.get("input")', "    return node.args[0]", caught_at=2),
+    # Rewires the users' top-level args and kwargs only: a ReLU read inside a tuple output or a list argument
+    # (torch.cat([r, x])) keeps its user, and erase_node refuses to erase it.
+    Mutant("rewires_only_top_level_arguments", "        relu_node.replace_all_uses_with(fused_node)\n",
+           "        for user in list(relu_node.users):\n"
+           "            user.args = tuple(fused_node if a is relu_node else a for a in user.args)\n"
+           "            user.kwargs = {k: fused_node if v is relu_node else v for k, v in user.kwargs.items()}\n",
+           caught_at=2),
+    # Right outputs in a learner's run, which runs the class itself; a competition's worker traces it with
+    # torch.fx (README, "Trust model"), and tracing cannot take a branch on the input's rank.
+    Mutant("branches_on_input_rank", FORWARD,
+           "        if x.dim() == 2 and self.bias is not None:  # one addmm for a matrix input\n"
+           "            return torch.addmm(self.bias, x, self.weight.t()).relu_()\n" + FORWARD, caught_at=1),
     Mutant("only_names_seen_in_visible_models", "        linear_node = _relu_input(relu_node)\n",
            "        linear_node = _relu_input(relu_node)\n"
            '        if not isinstance(linear_node, fx.Node) or "fc" not in str(linear_node.target):\n'

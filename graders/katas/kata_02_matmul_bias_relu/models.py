@@ -49,6 +49,8 @@ class Block(nn.Module):
         product = matmul(x, w)
         total = torch.add(product, b, alpha=0.5) if self.kind == "add_alpha" else bias_add(product, b)
         y = {"relu6": F.relu6, "gelu": F.gelu}.get(self.kind, relu)(total)
+        if self.kind == "shared_operands":  # a second site reads the same x, w and b: each has two users
+            return y + relu(bias_add(matmul(x * 0.5, w), b))
         if self.kind == "product_reused":
             return y * torch.sigmoid(product)
         return y - 0.5 * total if self.kind == "sum_reused" else y
@@ -126,6 +128,25 @@ EXACT_CASES: dict[str, Case] = {
                     "the fused form must keep the model's dtype.", torch.float64),
     **{f"blocked_{kind}": case(spelled(kind=kind), (12,), 0, f"{why} A correct pass leaves this model exactly as "
                                "it is.") for kind, why in BLOCKED_KINDS.items()},
+    # The in-place epilogue is exact only where the sum keeps the product's shape and dtype; a filter on the
+    # match (replace_pattern_with_filters) leaves the other sites alone.
+    "bias_broadcasts_beyond_the_product": case(
+        lambda: Block(random_weight(12, 8), torch.randn(2, 1, 8) * 2), (12,), 0,
+        "b has shape (2, 1, 8) and the product (batch, 8): p + b broadcasts to (2, batch, 8), a new shape, and "
+        "p.add_(b) raises. A pattern carries no shapes: filter the matches (replace_pattern_with_filters) on what "
+        "the graph knows of b (a get_attr node reads a parameter: its shape and dtype) and leave this site alone."),
+    "float64_bias_on_float32_product": case(
+        lambda: Block(random_weight(12, 8), random_bias(8).double()), (12,), 0,
+        "b is float64 and the product float32: p + b is float64 (type promotion), while p.add_(b) keeps float32 "
+        "and rounds the sum. Filter the matches on dtypes: torch.result_type(p, b) must be p's dtype."),
+    "mm_with_a_literal_bias": case(spelled("torch.mm", "torch.add(p, b)", "torch.relu", bias=0.5), (12,), 2,
+                                   "b is the Python number 0.5 here, which torch.add accepts and torch.addmm "
+                                   "refuses (its bias must be a tensor)."),
+    "operands_shared_by_two_sites": case(
+        lambda: net(block(12, 8, kind="shared_operands"), block(8, 8, ("torch.matmul", "torch.add(b, p)", ".relu()"),
+                                                                    kind="shared_operands")), (12,), 4,
+        "x, w and b are each read by two sites here; only the product and the sum must have no other user "
+        "(the matcher checks that); the pattern's inputs may have any number."),
     "bias_is_the_input": case(lambda: net(*(block(12, 12, kind="bias_is_the_input", bias=0.0) for _ in "hh")),
                               (12,), None, "in relu(h @ w + h) one node would fill two placeholders (x and b), "
                               "which the matcher never does; leaving it or rewriting it exactly are both fine."),
@@ -145,18 +166,19 @@ def hidden_case(rng: random.Random) -> Case:
     batched, tokens = rng.random() < 0.5, rng.randint(2, 5)
     width = in_width = rng.choice([8, 12, 16, 24])
     blocks, rewrites = [], 0
-    kinds = [rng.choice(["fuse"] * 5 + list(BLOCKED_KINDS)) for _ in range(rng.randint(3, 6))]
+    kinds = [rng.choice(["fuse"] * 4 + ["shared_operands"] + list(BLOCKED_KINDS)) for _ in range(rng.randint(3, 6))]
     kinds[rng.randrange(len(kinds))] = "fuse"  # at least one site to rewrite
     for kind in kinds:
         fan_out = rng.choice([8, 12, 16, 24])
         spelling = (rng.choice([m for m in MATMULS if m != "torch.mm" or not batched]),  # mm is 2-D only
                     rng.choice(list(BIAS_ADDS)), rng.choice(list(RELUS)))
-        bias = round(rng.uniform(-1, 1), 2) if kind == "fuse" and rng.random() < 0.15 else random_bias(fan_out, kind)
+        literal = kind in ("fuse", "shared_operands") and rng.random() < (0.5 if spelling[0] == "torch.mm" else 0.15)
+        bias = round(rng.uniform(-1, 1), 2) if literal else random_bias(fan_out, kind)
         names = (random_identifier(rng), random_identifier(rng))
         while names[1] == names[0]:
             names = (names[0], random_identifier(rng))
         path = ".".join(random_identifier(rng) for _ in range(rng.randint(1, 3))) + f"_{len(blocks)}"
         blocks.append((path, Block(random_weight(width, fan_out), bias, spelling, kind, names)))
-        rewrites, width = rewrites + (kind == "fuse"), fan_out
+        rewrites, width = rewrites + {"fuse": 1, "shared_operands": 2}.get(kind, 0), fan_out
     return case(lambda: PathChain(blocks), (tokens, in_width) if batched else (in_width,), rewrites,
                 "the pass must work for any spelling combination, parameter names, nesting and input rank.")

@@ -34,6 +34,19 @@ SEEN_SPELLINGS = [(0, 0, 0), (1, 0, 0), (2, 2, 2), (0, 1, 0), (1, 3, 3), (0, 0, 
                   (1, 0, 2), (0, 1, 2), (1, 2, 3), (2, 3, 1)]
 HAND_LISTED = (f"PATTERNS = [spelled_pattern(MATMULS[m], BIAS_ADDS[a], RELUS[r]) for m, a, r in {SEEN_SPELLINGS}]\n")
 
+FILTERED_CALL = """replace_pattern_with_filters(gm, spelling, TRACED_REPLACEMENT,
+                                                                        [epilogue_is_exact]))"""
+TRACED = "TRACED_PATTERNS, TRACED_REPLACEMENT = [fx.symbolic_trace(p) for p in PATTERNS], fx.symbolic_trace(replacement)\n"
+# "torch.mm is 2-D only, so addmm is exact there": one GEMM with the bias for the 16 mm spellings (the last of
+# the 48 patterns). But a literal bias, which the add accepts, addmm refuses: its bias must be a tensor.
+MM_TO_ADDMM_TAIL = REFERENCE[REFERENCE.index(TRACED):]
+MM_TO_ADDMM = (MM_TO_ADDMM_TAIL
+               .replace(TRACED, TRACED + "TRACED_ADDMM = fx.symbolic_trace(lambda x, w, b: torch.addmm(b, x, w).relu_())\n")
+               .replace("    for spelling in TRACED_PATTERNS:\n",
+                        "    for index, spelling in enumerate(TRACED_PATTERNS):\n")
+               .replace("TRACED_REPLACEMENT,\n", "TRACED_ADDMM if index >= 32 else TRACED_REPLACEMENT,\n"))
+assert MM_TO_ADDMM != MM_TO_ADDMM_TAIL and "TRACED_ADDMM if index" in MM_TO_ADDMM
+
 NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n", caught_at=1)
 
 MUTANTS = [
@@ -50,6 +63,17 @@ MUTANTS = [
            "BIAS_ADDS = [lambda p, b: p + b, lambda p, b: torch.add(p, b)]", caught_at=2),
     Mutant("misses_the_inplace_keyword", "    lambda y: F.relu(y, inplace=True),\n", "", caught_at=2),
     Mutant("uses_addmm", FUSED, "torch.addmm(b, x, w).relu_()", caught_at=2),
+    Mutant("addmm_for_the_mm_spellings", MM_TO_ADDMM_TAIL, MM_TO_ADDMM, caught_at=2),
+    # The rewrite without a filter: p.add_(b) raises where b broadcasts beyond the product, and rounds a
+    # float64 sum back to float32 where b promotes it.
+    Mutant("no_shape_or_dtype_filter", FILTERED_CALL, "replace_pattern(gm, spelling, TRACED_REPLACEMENT))",
+           caught_at=2),
+    # "Nobody else may read the operands": the matcher already refuses a product or a sum read outside the
+    # match; x, w and b may be read anywhere (the replacement never writes them).
+    Mutant("operands_must_have_one_user", "[epilogue_is_exact]))",
+           "[epilogue_is_exact, lambda m, g, p: all(len(n.users) == 1 for n in m.placeholder_nodes\n"
+           "                                                                          if isinstance(n, fx.Node))]))",
+           caught_at=2),
     Mutant("rewrites_relu6", "    torch.relu,\n", "    torch.relu,\n    F.relu6,\n", caught_at=2),
     Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2),
     Mutant("hand_listed_spellings", "PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]\n",
