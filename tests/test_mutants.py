@@ -1,11 +1,11 @@
 """Every kata's mutants (graders/katas/kata_<name>/mutants.py) are caught at the level that should catch them,
-its correct variants keep full marks, and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit,
-on the clock otherwise."""
+its correct variants keep full marks, and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit, on
+the exact memory-traffic count where it sets a traffic limit (kata 08), on the clock otherwise."""
 import pytest
 
 from graders.frame.catalogue import KATAS, load_grader
 from graders.dev.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
-                              assert_no_op_writes_too_much, kata_mutants)
+                                  assert_no_op_moves_too_much, assert_no_op_writes_too_much, kata_mutants)
 
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 
@@ -33,5 +33,7 @@ def test_no_op_fails_the_speed_level(kata, tmp_path):
     no_op = MUTANT_MODULES[kata].NO_OP
     if load_grader(kata).max_bytes_fraction is not None:
         assert_no_op_writes_too_much(tmp_path, kata, no_op)
+    elif "max_traffic_fraction" in load_grader(kata).manifest.get("speed", {}):
+        assert_no_op_moves_too_much(tmp_path, kata, no_op)
     else:
         assert_no_op_is_timed_too_slow(tmp_path, kata, no_op)

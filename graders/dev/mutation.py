@@ -83,3 +83,12 @@ def assert_no_op_writes_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> No
     assert not result.passed
     assert result.figures["bytes_written_after"] == result.figures["bytes_written_before"] > 0
     assert "counted exactly, not timed" in result.message
+
+
+def assert_no_op_moves_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> None:
+    """The speed level fails a pass that changes nothing on the exact memory-traffic count (kata 08's
+    modelled cache), whatever the clock says."""
+    result = speed_level(tmp_path, kata, no_op)
+    assert not result.passed
+    assert result.figures["memory_traffic_after"] == result.figures["memory_traffic_before"] > 0
+    assert "counted exactly, not timed" in result.message
