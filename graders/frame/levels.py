@@ -69,13 +69,19 @@ class CheckResult:
         return cls(**data)
 
 
+# A level's points are a float sum of shares (20 / 3 + ...): a level's total is rounded to this many decimals,
+# so that a level earned in full is its points exactly (40.0, not 40.00000000000001) and totals compare equal.
+POINTS_DECIMALS = 9
+
+
 def level_points(results: list[CheckResult]) -> dict[int, tuple[float, float]]:
-    """Points earned and possible per level."""
+    """Points earned and possible per level (rounded: POINTS_DECIMALS)."""
     totals = {level: [0.0, 0.0] for level in LEVELS}
     for r in results:
         totals[r.level][0] += r.points
         totals[r.level][1] += r.max_points
-    return {level: (earned, possible) for level, (earned, possible) in totals.items()}
+    return {level: (round(earned, POINTS_DECIMALS), round(possible, POINTS_DECIMALS))
+            for level, (earned, possible) in totals.items()}
 
 
 def resolve_seed(seed: int | None) -> int:
