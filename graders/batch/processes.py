@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.batch.summary import failed_grading
+from graders.batch.summary import failed_grading, summarise_phases
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.levels import CheckResult
 
@@ -211,8 +211,6 @@ def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int
     --jobs 1 or --no-speed, one pass over all levels). A kata whose process cannot vouch for it (a crash,
     a hang, tampering) is graded again in a process of its own, so what one kata's solution does costs
     that kata only. (Organiser mode grades on the fleet instead: graders/competition/fleet.py.)"""
-    from graders.batch.summary import summarise
-
     phases = [(None, args.jobs)] if args.jobs == 1 or args.no_speed else [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
     parts: dict[str, list] = {kata: [] for kata in katas}
     done, total = set(), len(parts) * len(phases)  # (kata, levels) reported so far
@@ -233,5 +231,4 @@ def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int
                 outcomes.update(run_katas([kata], tree, args, seed, levels, 1, report)[0])
         for kata, outcome in outcomes.items():
             parts[kata].append(outcome)
-    return {kata: next((o for o in outcomes if isinstance(o, dict)), None) or summarise(kata, [r for o in outcomes for r in o])
-            for kata, outcomes in parts.items()}
+    return {kata: summarise_phases(kata, outcomes) for kata, outcomes in parts.items()}

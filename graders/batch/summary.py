@@ -31,6 +31,14 @@ def summarise(kata: str, results: list[CheckResult]) -> dict:
             "checks": [r.to_dict() for r in results]}
 
 
+def summarise_phases(kata: str, outcomes: list[list[CheckResult] | dict]) -> dict:
+    """A kata graded in phases (its correctness levels, then its speed level): a phase whose grading failed
+    (a failed_grading dict: it hung, crashed or was refused) is the kata's summary, else every phase's
+    records summarised together."""
+    failed = next((o for o in outcomes if isinstance(o, dict)), None)
+    return dict(failed) if failed else summarise(kata, [r for o in outcomes for r in o])
+
+
 def failed_grading(status: str, message: str) -> dict:
     return {"status": status, "points": 0.0, "max_points": 100.0, "levels": {}, "speedup": None,
             "speed_provisional": False, "message": message, "disqualified": None, "checks": []}

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from graders.batch.summary import failed_grading, summarise
+from graders.batch.summary import failed_grading, summarise_phases
 from graders.competition.jobs import MACHINE, did_not_load, grade_job, make_job, speed_not_run
 from graders.frame.levels import CheckResult
 
@@ -167,9 +167,8 @@ class Fleet:
 def combine(kata: str, parts: dict[str, dict]) -> dict:
     """A kata's summary from its jobs' results ({phase: result}), with the machine each phase ran on:
     "machine" is the one its speed level was timed on (or its only job's, without speed)."""
-    failed = next((p["failed"] for p in parts.values() if "failed" in p), None)
-    summary = dict(failed) if failed else summarise(kata, [CheckResult.from_dict(r) for p in parts.values()
-                                                          for r in p["records"]])
+    summary = summarise_phases(kata, [p["failed"] if "failed" in p else [CheckResult.from_dict(r) for r in p["records"]]
+                                      for p in parts.values()])
     machines = {phase: p.get("machine") for phase, p in parts.items()}
     summary["machine"] = machines.get("speed") or machines.get("all") or machines.get("correctness")
     summary["machines"] = machines

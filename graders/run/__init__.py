@@ -32,10 +32,10 @@ from graders.frame.levels import CheckFailed
 from graders.frame.solution import Called, describe_exception
 from graders.run.context import Context
 from graders.run.structure import call_module_nodes, graph_table
-from graders.run.timing import alone, measure_speedup
+from graders.run.timing import CountingMode, alone, measure_speedup
 
 __all__ = [
-    "ATOL", "RTOL", "REPO_ROOT", "Called", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
+    "ATOL", "RTOL", "REPO_ROOT", "Called", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
     "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "measure_speedup", "nest_under", "on_device",

@@ -129,13 +129,17 @@ class Cost:
     bytes_written: int  # bytes of every fresh (non-view) tensor the ops produced
 
 
-class _CostCounter(TorchDispatchMode):
+class CountingMode(TorchDispatchMode):
+    """A dispatch mode that counts what aten ops do (the graders' exact costs: this module's, kata 08's traffic)."""
+
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Nothing here is compiled. Left True, torch wraps __torch_dispatch__ in torch._disable_dynamo, whose
         # first call imports torch._dynamo (sympy, inductor): 4-5 s in every fresh grading process.
         return False
 
+
+class _CostCounter(CountingMode):
     def __init__(self):
         super().__init__()
         self.ops = 0
