@@ -11,63 +11,33 @@ model building, byte count and output comparisons hold the lock shared like any 
 - A test marked `timing` without `locks_per_check` times in a subprocess, which cannot take the lock from
   there: it holds the lock exclusively for its whole run.
 
-Whoever waits for the exclusive lock goes first: a turnstile, taken before the lock itself, holds back
-new shared holders meanwhile. Tests marked `timing` run last (their order under xdist, with
+The lock is the fleet's own (graders/frame/machinelock.py): whoever waits for the exclusive lock goes
+first, a turnstile holding back new shared holders meanwhile. Tests marked `timing` run last (their order under xdist, with
 --maxschedchunk 2 from the root conftest.py, follows the collection order): by then the long
 correctness tests are done, so a timing waits for one check at most. A test that times without the
 `timing` mark fails and says so.
 """
-import fcntl
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
 import torch
 
+from graders.frame.machinelock import MachineLock
 from graders.run import timing
 from graders.run.session import GradingSession
 
-# "run": this xdist run's id; "held": (lock file, exclusive) while this process holds the lock;
-# "item": the running test; "timed": whether it has timed
+# "lock": this xdist run's machine lock (graders/frame/machinelock.py); "item": the running test;
+# "timed": whether it has timed
 _state = {}
 
 
-def _lock_file(name: str):
-    return open(Path(tempfile.gettempdir()) / f"fx-katas-tests-{_state['run']}.{name}", "a")
-
-
-def _acquire(lock, exclusive: bool) -> None:
-    with _lock_file("turnstile") as turnstile:  # closing it lets the next one through
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-
-
-@contextmanager
 def machine_lock(exclusive: bool):
-    """Hold the machine lock, shared or exclusive, for the block. Where this process already holds it
-    shared, it is turned exclusive and back; it is let go first, since waiting for the turnstile while
-    holding it would deadlock with a timing waiting for it. Held exclusive already: nothing to do."""
-    held = _state.get("held")
-    if "run" not in _state or (held and (held[1] or not exclusive)):  # not under xdist, or held enough
-        yield
-        return
-    lock = held[0] if held else _lock_file("lock")
-    try:
-        if held:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-        _acquire(lock, exclusive)
-        _state["held"] = (lock, exclusive)
-        yield
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        _state.pop("held", None)
-        if held:
-            _acquire(lock, False)
-            _state["held"] = held
-        else:
-            lock.close()
+    """Hold the machine lock, shared or exclusive, for the block (MachineLock.hold); not under xdist, nothing."""
+    lock = _state.get("lock")
+    return lock.hold(exclusive) if lock else nullcontext()
 
 
 @contextmanager
@@ -80,7 +50,7 @@ def _timed_alone():
 def pytest_configure(config):
     run = getattr(config, "workerinput", {}).get("testrunuid")
     if run is not None:
-        _state["run"] = run
+        _state["lock"] = MachineLock(Path(tempfile.gettempdir()) / f"fx-katas-tests-{run}.lock")
         # One thread for each of the processes that share the cores: with a pool as large as the machine
         # in every worker and in every process a test starts, their threads spin against each other (on
         # 2 cores the run took 410 s of CPU with the default pools, 290 s with one thread each).
@@ -100,7 +70,7 @@ def _timing(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Under xdist: plain tests first (the long ones run a subprocess and hold the lock throughout), then
     tests that lock per check, then tests that time."""
-    if "run" in _state:
+    if "lock" in _state:
         items.sort(key=lambda item: (_timing(item), _locks_per_check(item)))
 
 

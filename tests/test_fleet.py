@@ -1,7 +1,8 @@
 """The grading fleet (graders/competition/fleet.py) with real processes on this machine: a `dask scheduler`
 and `dask worker` subprocesses, score.py --submissions over them, a worker killed mid-job, a worker at
-another project version, an organiser killed and resumed, and the job log that shows a speed job alone
-on its worker.
+another project version, an organiser killed and resumed, a solution that takes its machine down again
+and again, speed levels pinned to one machine, and the machine lock's log that shows every timed stretch
+alone on its machine.
 
 Katas are small (04_dce, 05_cse) and most runs skip the speed level; every subprocess a test starts is
 killed when it ends, passed or failed."""
@@ -16,7 +17,6 @@ from collections import Counter
 
 import pytest
 
-from graders.competition.jobs import MACHINE
 from graders.frame.catalogue import REPO_ROOT
 
 KATAS = ["04_dce", "05_cse"]
@@ -63,12 +63,14 @@ class Cluster:
         self.address = wait_for(lambda: self.file.exists() and json.loads(self.file.read_text() or "{}").get("address"),
                                 60, "the scheduler")
 
-    def add_worker(self, name: str, root=REPO_ROOT, threads: int = 2):
-        """`dask worker` as the README starts it, run from `root` (a clone of the project)."""
-        env = {**os.environ, "FX_KATAS_JOB_LOG": str(self.log), "PYTHONPATH": str(root)}
+    def add_worker(self, name: str, root=REPO_ROOT, threads: int = 2, nanny: bool = False):
+        """`dask worker` as the README starts it, run from `root` (a clone of the project); with a nanny, a
+        worker process that dies is started again."""
+        env = {**os.environ, "FX_KATAS_JOB_LOG": str(self.log), "PYTHONPATH": str(root),
+               "FX_KATAS_MACHINE_LOCK": str(self.tmp / "machine.lock"), "FX_KATAS_LOCK_LOG": str(self.tmp / "lock.log")}
         self.workers[name] = self.start(
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name, "--nthreads",
-             str(threads), "--resources", f"machine={MACHINE}", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+             str(threads), "--nanny" if nanny else "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
              "--local-directory", str(self.tmp / name)],
             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(self.tmp / f"{name}.err", "w"))
 
@@ -100,8 +102,10 @@ def score_command(tmp_path, subs, *args, name="run", katas=KATAS):
 
 
 def score(tmp_path, subs, *args, name="run", env=None, timeout=600, katas=KATAS):
+    """score.py --submissions; its grading processes share a machine lock of this test's own."""
+    env = {"FX_KATAS_MACHINE_LOCK": str(tmp_path / "machine.lock"), **(env or {})}
     proc = subprocess.run(score_command(tmp_path, subs, *args, name=name, katas=katas), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr
     return proc, {run["team"]: run for run in json.loads((tmp_path / f"{name}.json").read_text())}
 
@@ -167,31 +171,55 @@ def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
                e["pid"] != first["pid"] for e in log)
 
 
+def lock_replay(path) -> tuple[list, int]:
+    """Replay a machine lock's log, in the order its holders wrote it (each line is written while the lock
+    is held, so the file's order is the lock's): the times a timed stretch held the lock beside another
+    holder, and how many times two processes held it shared at once."""
+    holders: dict[int, str] = {}  # pid: "shared" | "exclusive"
+    beside, together = [], 0
+    for e in job_log(path):
+        if e["event"] == "release":
+            holders.pop(e["pid"])
+        elif e["event"] in ("shared", "exclusive"):
+            others = {pid: how for pid, how in holders.items() if pid != e["pid"]}
+            if e["event"] == "exclusive" and others or "exclusive" in others.values():
+                beside.append((e, others))
+            together += e["event"] == "shared" and bool(others)
+            holders[e["pid"]] = e["event"]
+    assert not holders, f"still held at the end: {holders}"
+    return beside, together
+
+
 @pytest.mark.timing
-def test_a_speed_job_never_overlaps_another_job_on_its_worker(tmp_path):
-    """The local cluster (one worker, two threads): the job log, in the order jobs wrote it, shows no job
-    starting on a worker while a speed job runs there, and no speed job starting while another job runs."""
-    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "stub"},
+def test_a_timed_stretch_never_runs_beside_other_grading_on_its_machine(tmp_path):
+    """The local cluster (one worker, two threads), one job per (team, kata): the machine lock's log, in the
+    order its holders wrote it, shows every timed stretch holding the machine alone, while correctness
+    checks of two jobs did run side by side."""
+    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"},
                                   "bob": {"04_dce": "stub", "05_cse": "stub"}})
-    log = tmp_path / "jobs.log"
-    proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2", env={"FX_KATAS_JOB_LOG": str(log)})
-    entries = job_log(log)
-    assert Counter(e["phase"] for e in entries if e["event"] == "end") == Counter({"correctness": 4, "speed": 4})
-    running: dict[str, list[dict]] = {}
-    overlaps = []
-    for e in entries:
-        mine = running.setdefault(e["worker"], [])
-        key = (e["team"], e["kata"], e["phase"])
-        if e["event"] == "start":
-            if mine and (e["phase"] == "speed" or any(j[2] == "speed" for j in mine)):
-                overlaps.append((key, list(mine)))
-            mine.append(key)
-        else:
-            mine.remove(key)
-    assert not overlaps, overlaps
-    # Correctness jobs did run two at a time: the slots are used.
+    log, locks = tmp_path / "jobs.log", tmp_path / "lock.log"
+    proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2",
+                       env={"FX_KATAS_JOB_LOG": str(log), "FX_KATAS_LOCK_LOG": str(locks)})
+    assert Counter(e["phase"] for e in job_log(log) if e["event"] == "end") == Counter({"all": 4})
+    beside, together = lock_replay(locks)
+    assert not beside, beside[:3]
+    timed = [e for e in job_log(locks) if e["event"] == "exclusive"]
+    assert len(timed) >= 2 and all("test_L3_fast" in e["by"] for e in timed), timed  # ada's two speed levels
+    assert together > 0  # the jobs did share the machine between timings
     assert runs["ada"]["katas"]["04_dce"]["points"] == 100.0, runs["ada"]["katas"]["04_dce"]["message"]
+    assert runs["ada"]["katas"]["05_cse"]["points"] == 100.0, runs["ada"]["katas"]["05_cse"]["message"]
     assert runs["ada"]["katas"]["04_dce"]["machine"]["device_name"]  # the machine its speed level was timed on
+
+
+def test_the_replay_catches_a_timing_beside_other_grading(tmp_path):
+    """The replay above, on a log where a second process held the lock shared during a timed stretch (what
+    grading without the lock would write), finds it."""
+    log = tmp_path / "lock.log"
+    lines = [{"pid": 1, "event": "shared"}, {"pid": 2, "event": "shared"}, {"pid": 1, "event": "release"},
+             {"pid": 1, "event": "exclusive"}, {"pid": 1, "event": "release"}, {"pid": 2, "event": "release"}]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    beside, together = lock_replay(log)
+    assert len(beside) == 1 and together == 1
 
 
 def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
@@ -250,14 +278,74 @@ def test_the_fleet_grades_one_teams_files_for_a_service():
 
 
 def test_a_solution_that_hangs_loading_costs_its_kata_little_and_is_not_loaded_for_speed(tmp_path):
-    """It hangs without spinning (the CPU stays with the other tests); with the default time-outs its
-    correctness job gives up on it within one check's time-out, and no speed job loads it again."""
+    """It hangs without spinning (the CPU stays with the other tests); with the default time-outs its job
+    gives up on it within one check's time-out, and its later checks, the speed level's too, fail at once
+    without loading it again."""
     subs = submissions(tmp_path, {"ada": {"04_dce": "import queue\n\nqueue.Queue().get()\n"}})
     log = tmp_path / "jobs.log"
     proc, runs = score(tmp_path, subs, "--seed", "3", katas=["04_dce"], env={"FX_KATAS_JOB_LOG": str(log)})
     result = runs["ada"]["katas"]["04_dce"]
     assert result["points"] == 0 and result["seconds"] < 90, (result["seconds"], result["message"])
     assert "timed out: importing the solution did not finish" in result["message"]
-    assert [e["phase"] for e in job_log(log) if e["event"] == "start"] == ["correctness"]
+    assert [e["phase"] for e in job_log(log) if e["event"] == "start"] == ["all"]
     speed = [c for c in result["checks"] if c["level"] == 3]
-    assert len(speed) == 1 and "not run: the solution did not load in its correctness job" in speed[0]["message"]
+    assert speed and all("timed out: importing the solution" in c["message"] for c in speed), speed
+
+
+@pytest.mark.timing
+def test_timing_host_times_every_speed_level_on_that_machine(tmp_path, processes):
+    """--timing-host w2: the correctness levels go to either worker, every speed level to w2 alone, and
+    each result names w2's machine as the one its speed level was timed on."""
+    cluster = Cluster(processes, tmp_path)
+    cluster.add_worker("w1")
+    cluster.add_worker("w2")
+    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"},
+                                  "bob": {"04_dce": "reference", "05_cse": "stub"}})
+    cluster.wait_for_workers(2)
+    proc, runs = score(tmp_path, subs, "--seed", "3", "--cluster", cluster.address, "--timing-host", "w2")
+    log = job_log(cluster.log)
+    speed = [e for e in log if e["event"] == "start" and e["phase"] == "speed"]
+    assert len(speed) == 4, speed  # bob's stub loads too: only a solution that never loaded skips its speed job
+    assert {e["pid"] for e in speed} == {cluster.workers["w2"].pid}, speed
+    assert {e["pid"] for e in log if e["phase"] == "correctness"} <= {w.pid for w in cluster.workers.values()}
+    assert Counter(e["phase"] for e in log if e["event"] == "end")["correctness"] == 4
+    assert points(runs)["ada"] == {"04_dce": 100.0, "05_cse": 100.0}, runs["ada"]["katas"]
+    assert all(runs[t]["katas"][k]["machines"]["speed"]["host"] for t, k in [("ada", "04_dce"), ("ada", "05_cse")])
+    beside, _ = lock_replay(tmp_path / "lock.log")
+    assert not beside, beside[:3]
+
+
+def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grader_alone(tmp_path, processes):
+    """Whenever ada's 04_dce is being graded, its worker process dies (SIGKILL, as the kernel's OOM killer
+    would); the nanny starts it again. With the scheduler allowing one such failure, the second comes
+    back as "crashed the grader" with its reason, and ada's other kata and bob's are graded as usual."""
+    def start(command, **options):  # the scheduler reads the setting; workers keep their own environment
+        env = {**options.pop("env", os.environ), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+        return processes(command, env=env, **options)
+
+    cluster = Cluster(start, tmp_path)
+    cluster.add_worker("w1", nanny=True)
+    cluster.add_worker("w2", nanny=True)
+    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"}, "bob": {"04_dce": "reference"}})
+    cluster.wait_for_workers(2)
+    organiser = processes(score_command(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address),
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "FX_KATAS_MACHINE_LOCK": str(tmp_path / "machine.lock")})
+    killed: set[int] = set()
+    while organiser.poll() is None:
+        for e in job_log(cluster.log):
+            if e["event"] == "start" and (e["team"], e["kata"]) == ("ada", "04_dce") and e["pid"] not in killed:
+                killed.add(e["pid"])
+                try:
+                    os.kill(e["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.1)
+    out, err = organiser.communicate()
+    assert organiser.returncode == 0, err
+    runs = {run["team"]: run for run in json.loads((tmp_path / "run.json").read_text())}
+    crashed = runs["ada"]["katas"]["04_dce"]
+    assert crashed["status"] == "crashed the grader" and crashed["points"] == 0, crashed
+    assert "04_dce's solution took down the machine grading it again and again" in crashed["message"]
+    assert len(killed) == 2  # allowed-failures 1: the second death is final
+    assert runs["ada"]["katas"]["05_cse"]["points"] == 80.0 and runs["bob"]["katas"]["04_dce"]["points"] == 80.0

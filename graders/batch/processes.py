@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.batch.summary import failed_grading, summarise_phases
+from graders.batch.zygote import ForkedProcess
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.levels import CheckResult
 
@@ -94,7 +95,7 @@ class Progress:
 class GradingProcess:
     """One pytest subprocess of a run_katas call, and its files."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen | ForkedProcess
     progress: Progress
     results: Path
     output: Path
@@ -116,13 +117,22 @@ class GradingProcess:
             return False
         return not json.loads(self.results.read_text()).get("tampering")
 
+    def kill(self) -> None:
+        """Kill its process group (the judge and the worker processes it started) and wait for it."""
+        if isinstance(self.process, ForkedProcess):
+            self.process.kill()
+        else:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
     def last_words(self) -> str:
         tail = self.output.read_text(errors="replace").strip().splitlines() if self.output.exists() else []
         return tail[-1] if tail else "no output"
 
 
 def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int, levels: str | None,
-              processes: int = 1, report=lambda kata, points, seconds: None) -> tuple[dict[str, list[CheckResult] | dict], list[str]]:
+              processes: int = 1, report=lambda kata, points, seconds: None,
+              threads_each: int | None = None) -> tuple[dict[str, list[CheckResult] | dict], list[str]]:
     """Grade `katas` of `tree` at `levels` in `processes` pytest subprocesses at once, which share them
     out (--claims: each takes the next kata no other has taken, so none idles behind a long kata).
 
@@ -132,22 +142,29 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
 
     The seed travels in a file the plugin deletes before any solution code runs, never in argv or the
     environment, so a solution cannot read the hidden models' seed. Each kata may take --kata-timeout
-    seconds; a process's --progress file says which kata it is on."""
+    seconds; a process's --progress file says which kata it is on. With args.fork the processes are forked
+    from a zygote that has imported what they need (graders/batch/zygote.py); with args.machine_lock they
+    share that machine lock (graders/frame/machinelock.py); threads_each sizes their thread pools (a fleet
+    worker's cores shared by its jobs)."""
     test_files = [str(REPO_ROOT / "katas" / kata / f"test_{kata}.py") for kata in katas]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "claims").mkdir()
-        options = ["-q", "-p", "no:cacheprovider", "--solutions", str(tree.resolve()), "--device", args.device,
+        # Plugins grading never uses stay out: anyio's alone costs 0.3 s of start-up (its package is loaded
+        # through pytest's assertion rewriting) in every grading process.
+        options = ["-q", "-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:xdist", "-p", "no:xdist.looponfail",
+                   "--solutions", str(tree.resolve()), "--device", args.device,
                    "--threads", str(args.threads), "--claims", str(tmp / "claims")]
         options += ["--no-speed"] if args.no_speed else []
         options += ["--isolate"] if args.isolate else []
         options += ["--levels", levels] if levels else []
+        options += ["--machine-lock", str(args.machine_lock)] if getattr(args, "machine_lock", None) else []
         running, env = [], dict(os.environ)
-        if processes > 1 and "OMP_NUM_THREADS" not in env:
+        if (processes > 1 or threads_each) and "OMP_NUM_THREADS" not in env:
             # Processes that share the cores get a thread pool each as large as their share: a pool as
             # large as the machine in every one of them spins against the others (the ten references'
             # correctness levels on 2 cores: 78 s of CPU with full pools, 44 s with one thread each).
-            env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // processes))
+            env["OMP_NUM_THREADS"] = str(threads_each or max(1, len(os.sched_getaffinity(0)) // processes))
         for n in range(min(processes, len(katas))):
             seed_file = tmp / f"seed{n}"
             seed_file.write_text(str(seed))
@@ -156,10 +173,13 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
             # Every other process claims from the far end (the files' order is the claims' order): two
             # meet in the middle, so a long kata at either end starts early instead of last.
             order = test_files if n % 2 == 0 else test_files[::-1]
-            with open(tmp / f"output{n}", "w") as output:
-                process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,
-                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                                           env=env, preexec_fn=memory_cap(args.kata_memory))
+            if getattr(args, "fork", False):  # forked from the warm fork server (graders/batch/zygote.py)
+                process = ForkedProcess([*order, *options, *own], tmp / f"output{n}", env, args.kata_memory)
+            else:
+                with open(tmp / f"output{n}", "w") as output:
+                    process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,
+                                               stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                                               env=env, preexec_fn=memory_cap(args.kata_memory))
             running.append(GradingProcess(process, Progress(tmp / f"progress{n}"), tmp / f"results{n}.json",
                                           tmp / f"output{n}"))
 
@@ -170,18 +190,23 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
 
         try:
             while any(g.process.poll() is None for g in running):
-                time.sleep(0.5)
+                alive = [g.process for g in running if g.process.poll() is None]
+                if len(alive) == 1:  # back as soon as it ends
+                    try:
+                        alive[0].wait(timeout=0.5)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.5)
                 for g in running:
                     follow(g)
                     if g.process.poll() is None and time.monotonic() - g.progress.since > args.kata_timeout:
                         g.stopped = g.progress.current or katas[0]
-                        os.killpg(g.process.pid, signal.SIGKILL)
-                        g.process.wait()
+                        g.kill()
         finally:
             for g in running:
                 if g.process.poll() is None:
-                    os.killpg(g.process.pid, signal.SIGKILL)
-                    g.process.wait()
+                    g.kill()
         outcomes: dict[str, list[CheckResult] | dict] = {}
         again: list[str] = []
         stopped = [g.stopped for g in running if g.stopped]

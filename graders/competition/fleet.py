@@ -2,14 +2,15 @@
 
 With no address a `Fleet` starts a Dask cluster of its own inside this process (the embedded default: one
 worker, one thread per core, nothing to start); with `tcp://HOST:8786` it uses a running scheduler and
-the workers that joined it (`dask worker tcp://HOST:8786 --nthreads $(nproc) --resources machine=1024`).
-A job (graders/competition/jobs.py) carries data only: a team's solution file, the kata, the phase, the
-device and the seed; the worker machine grades it in processes of its own and sends back the records.
+the workers that joined it (`dask worker tcp://HOST:8786 --nthreads $(nproc)`). A job
+(graders/competition/jobs.py) carries data only: a team's solution file, the kata, the phase, the device
+and the seed; the worker machine grades it in processes of its own and sends back the records.
 
-- Timing stays alone, per machine: each worker offers MACHINE units of the resource "machine"; a
-  correctness job takes 1, a speed job all of them, so a machine times only when no other job runs there.
-  `timing_host` pins every speed job to that machine.
-- A kata's speed job is submitted once its correctness job is back, and only if the solution loaded.
+- One job per (team, kata) grades every level, as many at once per machine as its worker has threads.
+  Timing stays alone, per machine: every grading process of a machine shares its machine lock, shared
+  while checks run, exclusive while a speed level times (graders/frame/machinelock.py).
+- `timing_host` splits a kata in two jobs: its correctness levels anywhere, then (once they are back,
+  and only if the solution loaded) its speed level on that machine.
 - A job lost with its worker is run again elsewhere by the scheduler; one whose solution took down the
   machines grading it more than the scheduler allows (distributed.scheduler.allowed-failures, 3) comes back
   as "crashed the grader", with a reason. A machine at another project version refuses its jobs; they go
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from graders.batch.summary import failed_grading, summarise_phases
-from graders.competition.jobs import MACHINE, did_not_load, grade_job, make_job, speed_not_run
+from graders.competition.jobs import did_not_load, grade_job, make_job, speed_not_run, warm_up
 from graders.frame.levels import CheckResult
 
 
@@ -36,6 +37,7 @@ class Job:
     kata: str
     phase: str
     files: dict[str, bytes] = field(repr=False, default_factory=dict)
+    speed: bool = True  # whether its speed level is timed (phase "all" with --no-speed: not)
     refused_by: set[str] = field(default_factory=set)
 
 
@@ -52,10 +54,11 @@ class Fleet:
             # Threads, not processes: a job only starts and watches its grading subprocess, so the worker
             # needs no process of its own (no second Python, no second import), and it dies with us.
             self.cluster = LocalCluster(n_workers=1, threads_per_worker=slots or len(os.sched_getaffinity(0)),
-                                        processes=False, resources={"machine": MACHINE}, dashboard_address=None)
+                                        processes=False, dashboard_address=None)
             self.client = Client(self.cluster)
         else:
             self.client = Client(address, timeout=30)
+        self.client.run(warm_up)  # every machine starts its zygote while the jobs are being prepared
         self.timing_host = timing_host
         self._timing_workers = self._resolve(timing_host) if timing_host else None
         self.refusals: dict[str, str] = {}  # worker address: its sentence
@@ -77,12 +80,15 @@ class Fleet:
     def workers(self) -> list[str]:
         return list(self.client.scheduler_info(n_workers=-1)["workers"])
 
+    def phases(self, speed: bool) -> list[str]:
+        """The jobs of one kata: all levels in one, or with a timing host its correctness and its speed level."""
+        return ["correctness", "speed"] if speed and self.timing_host else ["all"]
+
     def submit(self, job: Job, seed: int):
         """A Dask future for one job."""
-        payload = make_job(job.team, job.kata, job.files, job.phase, seed, device=self.device, threads=self.threads,
-                           kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
-        options: dict = {"resources": {"machine": MACHINE if job.phase == "speed" else 1}, "pure": False,
-                         "key": f"grade-{job.phase}-{job.kata}-{job.team}-{os.urandom(4).hex()}"}
+        payload = make_job(job.team, job.kata, job.files, job.phase, seed, speed=job.speed, device=self.device,
+                           threads=self.threads, kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
+        options: dict = {"pure": False, "key": f"grade-{job.phase}-{job.kata}-{job.team}-{os.urandom(4).hex()}"}
         if job.phase == "speed" and self._timing_workers:
             options["workers"] = self._timing_workers
         if job.refused_by:
@@ -90,10 +96,10 @@ class Fleet:
             options["workers"] = others
         return self.client.submit(grade_job, payload, **options)
 
-    def run_jobs(self, jobs: list[Job], seed: int, *, speed: bool = True) -> Iterator[tuple[Job, dict]]:
-        """Grade `jobs` (phase "correctness" or "all"; with speed, each kata's speed job follows its
-        correctness job); yields (job, result) as each job's result arrives. A result holds "records" or
-        "failed" (a failed_grading dict)."""
+    def run_jobs(self, jobs: list[Job], seed: int) -> Iterator[tuple[Job, dict]]:
+        """Grade `jobs` (phase "all", or "correctness" and then each kata's speed job, submitted when its
+        correctness job is back); yields (job, result) as each job's result arrives. A result holds
+        "records" or "failed" (a failed_grading dict)."""
         from distributed import as_completed
         from distributed.scheduler import KilledWorker
 
@@ -126,10 +132,10 @@ class Fleet:
             finally:
                 future.release()
             yield job, result
-            if speed and job.phase == "correctness":
+            if job.phase == "correctness" and job.speed:
                 reason = did_not_load(result)
                 if reason is None:
-                    follow = Job(job.team, job.kata, "speed", job.files)
+                    follow = Job(job.team, job.kata, "speed", job.files, job.speed)
                     again = self.submit(follow, seed)
                     pending[again] = follow
                     flow.add(again)
@@ -141,12 +147,12 @@ class Fleet:
         """Grade one team's files ({"03_conv_bn/solution.py": b"..."}) for `katas`; returns {kata: summary
         dict as graders.batch.summary.summarise makes it, plus the machine}, calling on_result(team, kata,
         summary) as each kata finishes."""
-        phase = "correctness" if speed else "all"
+        phases = self.phases(speed)
         parts: dict[str, dict[str, dict]] = {kata: {} for kata in katas}
         summaries: dict[str, dict] = {}
-        for job, result in self.run_jobs([Job(team, kata, phase, files) for kata in katas], seed, speed=speed):
+        for job, result in self.run_jobs([Job(team, kata, phases[0], files, speed) for kata in katas], seed):
             parts[job.kata][job.phase] = result
-            if len(parts[job.kata]) == (2 if speed else 1):
+            if len(parts[job.kata]) == len(phases):
                 summaries[job.kata] = combine(job.kata, parts[job.kata])
                 if on_result:
                     on_result(team, job.kata, summaries[job.kata])

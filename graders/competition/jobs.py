@@ -1,13 +1,17 @@
 """What one grading job runs on a worker machine of the fleet (graders/competition/fleet.py submits it).
 
-A job is data: one team's solution file for one kata (bytes), the kata, the phase (the correctness levels,
-the speed level, or all levels with --no-speed), the device, the options and the secret seed, stamped
-with the organiser's project version. `grade_job` checks the stamp against its own machine's (a machine at
-another version refuses the job with a sentence saying so), stages the file in a scratch folder of its
-own, grades it exactly as a single machine does (a pytest subprocess, graders.batch.processes.run_katas,
-whose judge runs the solution only in a sandboxed worker process: neither this process nor the judge
-ever imports solution code) and returns JSON-able data: the check records or a failure, the machine, and
-its own start and end. The Dask worker imports this module by name, so the function that runs is always
+A job is data: one team's solution file for one kata (bytes), the kata, the phase (all levels; or, with
+--timing-host, the correctness levels or the speed level), whether to time, the device, the options and the
+secret seed, stamped with the organiser's project version. `grade_job` checks the stamp against its own
+machine's (a machine at another version refuses the job with a sentence saying so), stages the file in a
+scratch folder of its own, grades it as a single machine does (graders.batch.processes.run_katas: a
+grading process, here forked from this machine's zygote, graders/batch/zygote.py, whose judge runs the
+solution only in a sandboxed worker process: neither this process nor the judge ever imports solution
+code) and returns JSON-able data: the check records or a failure, the machine, and its own start and end.
+
+Timing stays alone per machine: every grading process of a machine shares its machine lock
+(graders/frame/machinelock.py), shared while checks run and exclusive while a speed level times, so
+no clock runs beside other grading there, whichever jobs the machine runs at once. The Dask worker imports this module by name, so the function that runs is always
 the worker machine's own copy of the project.
 
 May import: graders.frame, graders.batch.
@@ -27,17 +31,15 @@ from functools import cache
 from pathlib import Path
 
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
+from graders.batch.zygote import Zygote
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.frame.levels import LEVELS, CheckResult
+from graders.frame.machinelock import default_path
 
-# The phases of a kata's grading: its correctness levels, its speed level (alone on its machine), or every
-# level at once (--no-speed, where the speed level is only recorded as skipped).
-PHASES = {"correctness": CORRECTNESS_LEVELS, "speed": SPEED_LEVELS, "all": None}
-# Every worker machine offers this much of the "machine" resource (dask worker --resources machine=1024);
-# a correctness job takes 1, a speed job all of it. Its thread count (--nthreads, one per core) bounds how
-# many correctness jobs run at once; a speed job starts only when none runs there, and none starts beside
-# it. 1024 = 2**10, so the scheduler's sums of it stay exact.
-MACHINE = 1024
+# The phases of a kata's grading: every level in one job (the speed level's timed stretches alone on the
+# machine, under its machine lock; with --no-speed the speed level is only recorded as skipped), or, with
+# --timing-host, its correctness levels anywhere and its speed level on the timing host.
+PHASES = {"all": None, "correctness": CORRECTNESS_LEVELS, "speed": SPEED_LEVELS}
 SOLUTION = re.compile(r"^(\d\d_[a-z0-9_]+)/solution\.py$")
 # Sentences that mean the solution never loaded (graders/frame/solution.py, graders/isolation/worker.py),
 # or hung (graders/run/session.py): a correctness job whose every failure says one of them, and that
@@ -78,13 +80,23 @@ def machine(device: str = "cpu") -> dict:
     return {"host": socket.gethostname(), "device": device, "device_name": device_name(device)}
 
 
-def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: int, *, device: str = "cpu",
-             threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
+def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: int, *, speed: bool = True,
+             device: str = "cpu", threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
     """A job for the fleet: only this kata's solution file travels."""
     name = f"{kata}/solution.py"
-    return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "seed": seed,
+    return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "speed": speed, "seed": seed,
             "files": {name: files[name]} if name in files else {}, "device": device, "threads": threads,
             "kata_timeout": kata_timeout, "kata_memory": kata_memory}
+
+
+def _threads_each() -> int | None:
+    """Thread pools for the grading processes of a fleet worker: its cores shared by the jobs it runs at once."""
+    try:
+        from distributed import get_worker
+
+        return max(1, len(os.sched_getaffinity(0)) // get_worker().state.nthreads)
+    except (ImportError, ValueError, AttributeError):
+        return None
 
 
 def _worker_address() -> str:
@@ -132,9 +144,11 @@ def grade_job(job: dict) -> dict:
                 if found and found.group(1) == kata:  # nothing else a job carries reaches the disk
                     (tree / kata).mkdir(exist_ok=True)
                     (tree / name).write_bytes(data)
-            args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=job["phase"] == "all",
-                                      isolate=True, kata_timeout=job["kata_timeout"], kata_memory=job["kata_memory"])
-            outcomes, _ = run_katas([kata], tree, args, job["seed"], levels, 1)
+            # Forked from this machine's zygote, sharing its machine lock with every other grading process here.
+            args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=not job["speed"],
+                                      isolate=True, kata_timeout=job["kata_timeout"], kata_memory=job["kata_memory"],
+                                      fork=True, machine_lock=default_path())
+            outcomes, _ = run_katas([kata], tree, args, job["seed"], levels, 1, threads_each=_threads_each())
         outcome = outcomes[kata]
     finally:
         _log("end", job, address)
@@ -143,6 +157,11 @@ def grade_job(job: dict) -> dict:
     if isinstance(outcome, dict):
         return {**result, "failed": outcome}
     return {**result, "records": [r.to_dict() for r in outcome]}
+
+
+def warm_up() -> None:
+    """Start this machine's zygote now (it imports torch and the graders, about 2 s), not with the first job."""
+    Zygote.get()
 
 
 def did_not_load(result: dict) -> str | None:

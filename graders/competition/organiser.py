@@ -1,6 +1,6 @@
 """Organiser grading: every team's tree staged (its NN_name/solution.py files only), graded with one seed
-as jobs of the fleet (graders/competition/fleet.py: correctness jobs on every core of every machine, each
-speed job alone on its machine), each job's result saved as it arrives (a resumed run grades only what
+as jobs of the fleet (graders/competition/fleet.py: a job per (team, kata) on every core of every machine,
+each timed stretch alone on its machine), each job's result saved as it arrives (a resumed run grades only what
 is missing), scanned, and turned into the run records the store keeps; the table of all teams.
 
 May import: graders.frame, graders.isolation (the static scan, the sandbox's state), graders.batch,
@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib.metadata
+import importlib.util
 import platform
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -33,7 +36,7 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
     Each job's result is saved in the run folder as it arrives; a job saved there already (a resumed run)
     is not graded again. Progress: a line per job (team, kata, points, seconds, machine)."""
     saved = folder.saved()
-    phases = ["correctness", "speed"] if speed else ["all"]
+    phases = fleet.phases(speed)
     first = phases[0]
     total = len(files) * len(katas) * len(phases)
     done = [0]
@@ -56,11 +59,11 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
                 found[phase] = saved[(team, kata, phase)]
                 done[0] += 1
         if first not in found:
-            jobs.append(Job(team, kata, first, files[team]))
-        elif speed and "speed" not in found:  # its correctness job is back: the speed job alone is missing
+            jobs.append(Job(team, kata, first, files[team], speed))
+        elif "speed" in phases and "speed" not in found:  # its correctness job is back: the speed job is missing
             reason = did_not_load(found[first])
             if reason is None:
-                jobs.append(Job(team, kata, "speed", files[team]))
+                jobs.append(Job(team, kata, "speed", files[team], speed))
             else:
                 found["speed"] = speed_not_run(kata, reason)
                 folder.save(team, kata, "speed", found["speed"])
@@ -68,7 +71,7 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
     if saved:
         print(f"Resuming run {folder.run}: {done[0]} of {total} jobs already graded; grading the other {total - done[0]}.",
               file=sys.stderr, flush=True)
-    for job, result in fleet.run_jobs(jobs, seed, speed=speed):
+    for job, result in fleet.run_jobs(jobs, seed):
         folder.save(job.team, job.kata, job.phase, result)
         parts[(job.team, job.kata)][job.phase] = result
         report(job.team, job.kata, job.phase, result)
@@ -101,15 +104,21 @@ def solutions_hash(tree: Path) -> str:
     return digest.hexdigest()
 
 
+def torch_version() -> str:
+    """torch.__version__ as torch/version.py sets it, without importing torch (1.7 s of CPU) in this process."""
+    spec = importlib.util.find_spec("torch")
+    text = (Path(spec.origin).parent / "version.py").read_text() if spec and spec.origin else ""
+    found = re.search(r"^__version__\s*(?::\s*str\s*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else importlib.metadata.version("torch")
+
+
 def make_run(team: str, tree: Path, source: Path, katas: dict[str, dict], seed: int, args: argparse.Namespace) -> dict:
     """The stored record of one team's run: `tree` is what was graded (and hashed), `source` where it came from."""
-    import torch  # here, not at the top: a learner's --hint or --help needs no tensor library
-
     graded = [r for r in katas.values() if r["status"] != "not available"]
     return {"schema": SCHEMA, "team": team, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "seed": seed, "device": args.device, "device_name": device_name(args.device), "threads": args.threads,
             "speed": not args.no_speed, "isolated": args.isolate, "sandboxed": args.isolate and not sandbox_problem(),
-            "torch": torch.__version__, "python": platform.python_version(),
+            "torch": torch_version(), "python": platform.python_version(),
             "solutions": str(source.resolve()), "solutions_hash": solutions_hash(tree),
             "total_points": sum(r["points"] for r in graded), "possible_points": 100.0 * len(graded),
             "disqualified": [f"{kata}: {r['disqualified']}" for kata, r in katas.items() if r.get("disqualified")],

@@ -7,7 +7,7 @@ A kata's test file is one line (see katas/03_conv_bn/test_03_conv_bn.py):
 Options: --solutions DIR (or env KATA_SOLUTIONS) grades DIR/<kata>/solution.py instead of the file
 beside the test; --seed, --device, --threads and --no-speed as in score.py; --results-json FILE
 writes the check records (score.py reads them), --progress FILE
-follows a run of several katas.
+follows a run of several katas, --machine-lock FILE shares the machine with other grading processes.
 
 May import: graders.frame, graders.isolation (the guard), graders.run (the session).
 """
@@ -24,10 +24,13 @@ from graders.frame.levels import LEVELS, level_points, resolve_seed
 from graders.run.session import GradingSession
 from graders.isolation.guard import Guard
 from graders.frame.catalogue import load_grader
+from graders.frame.machinelock import MachineLock
+from graders.run.timing import run_alone_with
 
 _SEED = pytest.StashKey[int]()
 _SESSIONS = pytest.StashKey[dict]()
 _GUARD = pytest.StashKey[Guard]()
+_LOCK = pytest.StashKey[MachineLock]()
 
 
 def pytest_addoption(parser):
@@ -52,6 +55,10 @@ def pytest_addoption(parser):
                     help="(score.py) append a JSON line to FILE as each check starts and as it ends, with the "
                          "kata's points so far")
     group.addoption("--levels", default=None, metavar="1,2,4", help="run only these levels (score.py --jobs uses it)")
+    group.addoption("--machine-lock", default=None, metavar="FILE",
+                    help="(the fleet) share the machine lock FILE with the other grading processes of this machine: "
+                         "held shared while checks run, alone while a speed level times (graders/frame/machinelock.py; "
+                         "env FX_KATAS_LOCK_LOG: log each take and release)")
     group.addoption("--seed-file", default=None, metavar="FILE",
                     help="read the grading seed from FILE and delete it, so solution code never sees it "
                          "(score.py --submissions uses it)")
@@ -65,6 +72,20 @@ def pytest_configure(config):
         Path(seed_file).unlink()
     config.stash[_SEED] = resolve_seed(seed)  # one seed for the whole run
     config.stash[_SESSIONS] = {}
+    if config.getoption("machine_lock"):
+        # Grading shares the machine with other grading processes (the fleet's jobs): hold the lock shared
+        # from here on, and alone for every timed stretch (graders.run.timing.alone).
+        lock = MachineLock(config.getoption("machine_lock"), log=os.environ.get("FX_KATAS_LOCK_LOG"))
+        lock.take(exclusive=False)
+        config.stash[_LOCK] = lock
+        run_alone_with(lambda: lock.hold(exclusive=True))
+
+
+def pytest_unconfigure(config):
+    lock = config.stash.get(_LOCK, None)
+    if lock is not None:
+        run_alone_with(None)
+        lock.close()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -180,6 +201,10 @@ def pytest_runtestloop(session):
 def pytest_runtest_protocol(item):
     """With --progress, score.py follows a run of several katas: which kata is being graded (its time
     limit is per kata) and the points of each one as it finishes."""
+    lock = item.config.stash.get(_LOCK, None)
+    if lock is not None:  # between two checks: a timing that waits for the machine goes first
+        lock.label = item.nodeid
+        lock.let_others_in()
     path, kata = item.config.getoption("progress"), _kata(item)
     if not path or kata is None:
         yield

@@ -1,0 +1,216 @@
+"""Grading processes forked from a warm one: a zygote process, started once by the process that grades (a
+fleet worker), imports torch, pytest and the graders, then forks each grading process on request instead
+of a new interpreter importing them all again.
+
+A grading process started with `python -m pytest` spends about 2 s of CPU importing torch, pytest and the
+graders before it grades anything: as long as grading one kata's correctness levels. The fleet grades one
+job per (team, kata), so that import would be paid once per kata; forked, a grading process starts in a
+few hundredths of a second. The zygote imports only the graders' own modules, never a solution (solution
+code runs only in the sandboxed worker processes the judge starts, as before), and holds no seed and no
+team's data: every grading process starts from the same clean state.
+
+(Python's multiprocessing forkserver does the same, but runs the parent's __main__ again in every child:
+score.py, or the whole `dask worker` command line, in every grading process.)
+
+A forked grading process runs what `python -m pytest ARGS` runs, with what run_katas gives a subprocess:
+a session of its own (its process group is killed as one), its output in a file, the address-space cap,
+the environment it would have been given, and death with the zygote, which exits when the process that
+started it closes its pipe (or dies). Thread pools: torch creates its own lazily, so the zygote has none
+to lose; each grading process sets its own (OMP_NUM_THREADS, torch.set_num_threads).
+
+Protocol, a JSON line each way: the client sends {"args", "output", "env", "memory"}; the zygote answers
+{"pid"} for each request in order and {"exited", "status"} as each grading process ends (status as
+subprocess reports it: the exit code, or minus the signal that killed it).
+
+May import: graders.frame; it names, without importing them, the modules a grading process imports
+(graders.learner.pytest_plugin and what it imports) for the zygote to load.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import queue
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
+
+# What every grading process imports before it grades: loaded once, in the zygote.
+PRELOAD = ["torch", "torch.fx", "torch.utils.benchmark", "pytest", "tabulate", "cloudpickle",
+           "graders.learner.pytest_plugin", "graders.run", "graders.isolation.worker",
+           *[grader_module_name(kata) for kata in KATAS]]
+
+
+# --- the zygote process -------------------------------------------------------------------------------
+
+def _grading_process(request: dict) -> None:
+    """In the forked child: become what `python -m pytest ARGS` would be, run it, exit with its status."""
+    code = 70
+    try:
+        os.setsid()  # a session of its own: the judge kills its process group as one
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
+        except (OSError, AttributeError):
+            pass
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+        fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # not the zygote's request pipe
+        os.close(null)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(REPO_ROOT)
+        sys.argv = [sys.executable, "-m", "pytest", *request["args"]]
+        import pytest
+        import torch
+
+        if os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        code = int(pytest.main(request["args"]))
+    except BaseException as exc:  # noqa: BLE001 - whatever happens, the child never returns into the zygote's loop
+        print(f"the grading process failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    """The zygote's loop: fork a grading process per request line on stdin, report pids and exits on stdout."""
+    import importlib
+
+    out = os.fdopen(os.dup(1), "w")  # the replies' pipe: whatever else prints goes to stderr
+    os.dup2(2, 1)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    # Everything loaded so far lives as long as every grading process: out of the garbage collector's sight
+    # (gc.freeze, as the gc docs advise before forking), a full collection in a grading process (pytest
+    # runs two per session) takes milliseconds instead of 0.1 s each, and leaves the shared pages alone.
+    gc.freeze()
+    requests = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
+    selector = selectors.DefaultSelector()
+    selector.register(requests, selectors.EVENT_READ)
+    pending = b""
+    children: set[int] = set()
+
+    def say(message: dict) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    while True:
+        ready = selector.select(timeout=0.1)
+        if ready:
+            chunk = os.read(requests.fileno(), 65536)
+            if not chunk:  # the client is gone: so are we, and our children with us (their death signal)
+                os._exit(0)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _grading_process(request)
+                children.add(pid)
+                say({"pid": pid})
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                say({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+
+
+# --- the client, in the process that grades -------------------------------------------------------------
+
+class Zygote:
+    """The client's handle on its zygote: started on first use, again if it died."""
+
+    _lock = threading.Lock()
+    _current: "Zygote | None" = None
+
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-m", "graders.batch.zygote"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        self.pids: queue.Queue[int | None] = queue.Queue()
+        self.exits: dict[int, int] = {}
+        self.ended = threading.Event()
+        self.changed = threading.Condition()
+        threading.Thread(target=self._listen, daemon=True, name="fx-katas-zygote").start()
+
+    def _listen(self) -> None:
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if "pid" in message:
+                self.pids.put(message["pid"])
+            else:
+                with self.changed:
+                    self.exits[message["exited"]] = message["status"]
+                    self.changed.notify_all()
+        with self.changed:  # the zygote died: its grading processes died with it
+            self.ended.set()
+            self.changed.notify_all()
+        self.pids.put(None)
+
+    @classmethod
+    def get(cls) -> "Zygote":
+        with cls._lock:
+            if cls._current is None or cls._current.ended.is_set():
+                cls._current = cls()
+            return cls._current
+
+    def fork(self, request: dict) -> int:
+        with self._lock:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+            pid = self.pids.get()
+        if pid is None:
+            raise RuntimeError("the zygote process ended before it forked the grading process")
+        return pid
+
+
+class ForkedProcess:
+    """A grading process forked by the zygote, with the surface of subprocess.Popen that run_katas uses."""
+
+    def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float):
+        self.zygote = Zygote.get()
+        self.pid = self.zygote.fork({"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30)})
+
+    @property
+    def returncode(self) -> int | None:
+        if self.pid in self.zygote.exits:
+            return self.zygote.exits[self.pid]
+        return -signal.SIGKILL if self.zygote.ended.is_set() else None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        with self.zygote.changed:
+            self.zygote.changed.wait_for(lambda: self.returncode is not None, timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        """Kill its process group (it leads its own session: the judge and the workers it started)."""
+        if self.returncode is None:
+            for kill in (os.killpg, os.kill):  # the group, and itself in case it had no session yet
+                try:
+                    kill(self.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,136 @@
+"""What a fleet worker machine runs its grading with: the machine lock (graders/frame/machinelock.py) and
+grading processes forked from the zygote (graders/batch/zygote.py), with real processes and real files."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from graders.batch.processes import run_katas
+from graders.frame.catalogue import REPO_ROOT
+from graders.frame.machinelock import MachineLock
+
+
+def events(log: Path) -> list[tuple[str, str]]:
+    return [(line["by"], line["event"]) for line in map(json.loads, log.read_text().splitlines())]
+
+
+def test_a_timing_waits_for_the_checks_that_run_and_goes_before_those_that_start_after(tmp_path):
+    """Three holders of one machine lock (each its own open file, as three processes have): a check holds it
+    shared; a timing asks for it alone and waits; a check that starts after the timing asked waits behind
+    it (the turnstile), so the timing runs as soon as the first check ends."""
+    path, log = tmp_path / "machine.lock", tmp_path / "lock.log"
+    check, timing, later = (MachineLock(path, log) for _ in range(3))
+    check.label, timing.label, later.label = "check", "timing", "later"
+    check.take(exclusive=False)
+    timer = threading.Thread(target=lambda: (timing.take(exclusive=True), time.sleep(0.2), timing.release()))
+    timer.start()
+    time.sleep(0.3)  # the timing waits in the turnstile for the check
+    follower = threading.Thread(target=lambda: (later.take(exclusive=False), later.release()))
+    follower.start()
+    time.sleep(0.3)
+    assert timing.exclusive is None and later.exclusive is None  # both still wait
+    check.release()
+    timer.join(10)
+    follower.join(10)
+    assert events(log) == [("check", "shared"), ("timing", "wait"), ("check", "release"), ("timing", "exclusive"),
+                           ("timing", "release"), ("later", "shared"), ("later", "release")]
+
+
+def test_holding_it_shared_a_process_turns_it_exclusive_and_back(tmp_path):
+    """hold(exclusive=True) inside a shared hold lets go first (no deadlock with another timing that waits),
+    and holds it shared again after; a hold it already has is a no-op."""
+    lock = MachineLock(tmp_path / "machine.lock", tmp_path / "lock.log")
+    lock.take(exclusive=False)
+    with lock.hold(exclusive=True):
+        assert lock.exclusive is True
+        with lock.hold(exclusive=False):
+            assert lock.exclusive is True
+    assert lock.exclusive is False
+    lock.close()
+    assert [event for _, event in events(tmp_path / "lock.log")] == [
+        "shared", "release", "wait", "exclusive", "release", "shared", "release"]
+
+
+def grading_args(**options) -> argparse.Namespace:
+    return argparse.Namespace(**{"device": "cpu", "threads": 1, "no_speed": True, "isolate": True, "kata_timeout": 900.0,
+                                 "kata_memory": 8.0, **options})
+
+
+def test_a_forked_grading_process_grades_as_a_started_one(tmp_path):
+    """The same kata, solution and seed: a grading process forked from the zygote and one started with
+    `python -m pytest` give the same records, check by check."""
+    tree = tmp_path / "tree"
+    (tree / "05_cse").mkdir(parents=True)
+    (tree / "05_cse" / "solution.py").write_text((REPO_ROOT / "reference" / "05_cse" / "solution.py").read_text())
+    started, _ = run_katas(["05_cse"], tree, grading_args(), 11, None)
+    forked, again = run_katas(["05_cse"], tree, grading_args(fork=True, machine_lock=tmp_path / "machine.lock"), 11, None)
+    assert again == []
+    as_data = lambda records: [(r.test_id, r.passed, r.points, r.message) for r in records]  # noqa: E731
+    assert as_data(forked["05_cse"]) == as_data(started["05_cse"])
+    assert round(sum(r.points for r in forked["05_cse"]), 6) == 80.0
+
+
+def workers(tree: Path) -> list[int]:
+    """The pids of the sandboxed worker processes running a solution of `tree`."""
+    found = subprocess.run(["pgrep", "-f", f"graders.isolation.serve {tree}"], capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split()]
+
+
+def test_a_forked_grading_process_that_hangs_is_stopped_with_its_worker(tmp_path):
+    """A solution that hangs in every call: the kata's time-out stops the forked grading process's whole
+    group (judge and sandboxed worker), and says so."""
+    tree = tmp_path / "tree"
+    (tree / "04_dce").mkdir(parents=True)
+    (tree / "04_dce" / "solution.py").write_text("import time\n\ndef eliminate_dead_code(gm):\n    time.sleep(3600)\n")
+    started = time.monotonic()
+    outcomes, _ = run_katas(["04_dce"], tree, grading_args(fork=True, kata_timeout=8.0), 3, None)
+    assert time.monotonic() - started < 30
+    assert outcomes["04_dce"]["status"] == "timed out" and "did not finish within 8s" in outcomes["04_dce"]["message"]
+    assert workers(tree) == []
+
+
+CLIENT = """
+import os, sys, time
+from pathlib import Path
+from graders.batch.zygote import ForkedProcess
+process = ForkedProcess(["-q", "-p", "no:cacheprovider", "katas/04_dce/test_04_dce.py", "--solutions", sys.argv[1],
+                         "--isolate", "--no-speed"], Path(sys.argv[2]), dict(os.environ), 8.0)
+print(process.zygote.process.pid, process.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_the_zygote_and_its_grading_processes_die_with_the_process_that_started_them(tmp_path):
+    """A fleet worker killed mid-job (SIGKILL) leaves nothing grading on its machine: its zygote sees the
+    pipe close and exits, and the grading process it forked dies with it."""
+    tree = tmp_path / "tree"
+    (tree / "04_dce").mkdir(parents=True)
+    (tree / "04_dce" / "solution.py").write_text("import time\n\ndef eliminate_dead_code(gm):\n    time.sleep(3600)\n")
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(tree), str(tmp_path / "output")], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    zygote, grading = map(int, client.stdout.readline().split())
+    deadline = time.monotonic() + 60
+    while not workers(tree):  # its first check runs: the solution's sandboxed worker is up
+        assert time.monotonic() < deadline, "the grading process never started its checks"
+        time.sleep(0.2)
+    worker = workers(tree)[0]
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        status = Path(f"/proc/{pid}/stat")
+        return not status.exists() or status.read_text().split(") ")[1][0] != "Z"
+
+    deadline = time.monotonic() + 20
+    while any(map(alive, (zygote, grading, worker))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(alive, (zygote, grading, worker))), [alive(pid) for pid in (zygote, grading, worker)]
