@@ -134,3 +134,112 @@ def test_the_zygote_and_its_grading_processes_die_with_the_process_that_started_
     while any(map(alive, (zygote, grading, worker))) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(alive, (zygote, grading, worker))), [alive(pid) for pid in (zygote, grading, worker)]
+
+
+def nursery_tree(tmp_path, kata: str, source: str):
+    from graders.isolation.nursery import open_nursery
+
+    tree, sockets = tmp_path / "solutions", tmp_path / "sockets"
+    (tree / kata).mkdir(parents=True)
+    sockets.mkdir()
+    (tree / kata / "solution.py").write_text(source)
+    return tree, open_nursery(tree, sockets)
+
+
+def nursery_processes(nursery) -> int:
+    """How many processes run the nursery's command line: the nursery, bubblewrap's around it, its workers."""
+    found = subprocess.run(["pgrep", "-f", f"graders.isolation.nursery {nursery.socket_path}"], capture_output=True,
+                           text=True).stdout
+    return len(found.split())
+
+
+def eventually(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+DAEMON = """import os, time
+
+if os.fork() == 0:
+    os.setsid()
+    os.execv("/bin/sleep", ["sleep", "4321.5"])
+
+
+def eliminate_dead_code(gm):
+    time.sleep(3600)
+"""
+
+
+def test_a_nursery_worker_dies_when_its_judge_lets_go_and_leaves_nothing_running(tmp_path):
+    """A worker forked by a team's nursery, whose solution starts a daemon in a session of its own and then
+    hangs in its pass: when the judge stops it (as after a time-out), the nursery kills the worker, and the
+    daemon it left goes too (in the sandbox, nothing outlives its worker)."""
+    from graders.isolation.nursery import open_nursery  # noqa: F401 - the module under test
+    from graders.isolation.sandbox import bwrap
+    from graders.isolation.worker import Worker
+
+    tree, nursery = nursery_tree(tmp_path, "04_dce", DAEMON)
+    try:
+        alone = nursery_processes(nursery)  # the nursery (and bubblewrap's two processes around it)
+        worker = Worker(tree / "04_dce" / "solution.py", "04_dce", nursery=nursery.socket_path)
+        worker.start(60)
+        assert worker.load_failure is None
+        assert nursery_processes(nursery) == alone + 1  # and this worker
+        daemon = lambda: subprocess.run(["pgrep", "-f", "sleep 4321.5"], capture_output=True).returncode == 0  # noqa: E731
+        assert daemon()
+        worker.stop()
+        assert eventually(lambda: nursery_processes(nursery) == alone)
+        if bwrap():  # the sweep needs the sandbox's own process namespace
+            assert eventually(lambda: not daemon())
+    finally:
+        nursery.close()
+        subprocess.run(["pkill", "-f", "sleep 4321.5"])
+    assert nursery.process.returncode is not None
+
+
+def test_a_nursery_worker_that_is_killed_is_reported_with_its_signal(tmp_path):
+    """A solution that kills its own worker process: the nursery tells the judge how it died."""
+    from graders.isolation.worker import Worker
+
+    source = "import os, signal\n\ndef eliminate_dead_code(gm):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    tree, nursery = nursery_tree(tmp_path, "04_dce", source)
+    try:
+        worker = Worker(tree / "04_dce" / "solution.py", "04_dce", nursery=nursery.socket_path)
+        import torch.fx as fx
+        import torch
+
+        gm = fx.symbolic_trace(torch.nn.ReLU())
+        from graders.isolation.worker import WorkerFailed
+
+        try:
+            worker.request({"kind": "call", "function": "eliminate_dead_code", "args": (gm,), "watch": ()}, 60)
+        except WorkerFailed as failure:
+            message = str(failure)
+        else:
+            raise AssertionError("the worker's death went unnoticed")
+        assert "died while eliminate_dead_code ran (killed by SIGKILL)" in message
+    finally:
+        nursery.close()
+
+
+def test_each_teams_tree_gets_a_nursery_of_its_own_and_idle_ones_are_closed(tmp_path):
+    """team_nursery: the same team's tree shares one nursery (and its folder) across jobs; another team, or the
+    same team's other tree, gets its own; beyond KEEP_IDLE idle ones, the oldest are closed."""
+    from graders.competition import nurseries
+
+    source = (REPO_ROOT / "katas" / "04_dce" / "solution.py").read_bytes()
+    seen = {}
+    for key in ["ada\0tree1", "ada\0tree1", "bob\0tree1", "ada\0tree2"]:
+        with nurseries.team_nursery(key, "04_dce", source) as (tree, socket_path):
+            assert (tree / "04_dce" / "solution.py").read_bytes() == source
+            assert socket_path is not None and socket_path.exists()
+            seen.setdefault(key, set()).add(socket_path)
+    assert all(len(paths) == 1 for paths in seen.values())
+    assert len({path for paths in seen.values() for path in paths}) == 3
+    assert len(nurseries._teams) == nurseries.KEEP_IDLE and "ada\0tree1" not in nurseries._teams
+    nurseries.close_all()
+    assert not any(path.exists() for paths in seen.values() for path in paths)

@@ -159,6 +159,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
         options += ["--isolate"] if args.isolate else []
         options += ["--levels", levels] if levels else []
         options += ["--machine-lock", str(args.machine_lock)] if getattr(args, "machine_lock", None) else []
+        options += ["--nursery", str(args.nursery)] if getattr(args, "nursery", None) else []
         running, env = [], dict(os.environ)
         if (processes > 1 or threads_each) and "OMP_NUM_THREADS" not in env:
             # Processes that share the cores get a thread pool each as large as their share: a pool as

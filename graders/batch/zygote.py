@@ -39,6 +39,7 @@ import threading
 from pathlib import Path
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
+from graders.frame.machinelock import MachineLock, default_path
 
 # What every grading process imports before it grades: loaded once, in the zygote.
 PRELOAD = ["torch", "torch.fx", "torch.utils.benchmark", "pytest", "tabulate", "cloudpickle",
@@ -95,8 +96,11 @@ def serve() -> None:
 
     out = os.fdopen(os.dup(1), "w")  # the replies' pipe: whatever else prints goes to stderr
     os.dup2(2, 1)
-    for name in PRELOAD:
-        importlib.import_module(name)
+    lock = MachineLock(default_path())
+    with lock.hold(exclusive=False):  # loading is grading work too: held off any timing on this machine
+        for name in PRELOAD:
+            importlib.import_module(name)
+    lock.close()  # its children must not inherit a hold
     # Everything loaded so far lives as long as every grading process: out of the garbage collector's sight
     # (gc.freeze, as the gc docs advise before forking), a full collection in a grading process (pytest
     # runs two per session) takes milliseconds instead of 0.1 s each, and leaves the shared pages alone.

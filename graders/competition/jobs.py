@@ -4,17 +4,18 @@ A job is data: one team's solution file for one kata (bytes), the kata, the phas
 --timing-host, the correctness levels or the speed level), whether to time, the device, the options and the
 secret seed, stamped with the organiser's project version. `grade_job` checks the stamp against its own
 machine's (a machine at another version refuses the job with a sentence saying so), stages the file in a
-scratch folder of its own, grades it as a single machine does (graders.batch.processes.run_katas: a
-grading process, here forked from this machine's zygote, graders/batch/zygote.py, whose judge runs the
-solution only in a sandboxed worker process: neither this process nor the judge ever imports solution
-code) and returns JSON-able data: the check records or a failure, the machine, and its own start and end.
+folder of its team's on this machine, grades it as a single machine does (graders.batch.processes.run_katas:
+a grading process, here forked from this machine's zygote, graders/batch/zygote.py, whose judge runs the
+solution only in a sandboxed worker process, here forked by the team's nursery, graders/competition/
+nurseries.py: neither this process nor the judge ever imports solution code) and returns JSON-able data:
+the check records or a failure, the machine, and its own start and end.
 
 Timing stays alone per machine: every grading process of a machine shares its machine lock
 (graders/frame/machinelock.py), shared while checks run and exclusive while a speed level times, so
 no clock runs beside other grading there, whichever jobs the machine runs at once. The Dask worker imports this module by name, so the function that runs is always
 the worker machine's own copy of the project.
 
-May import: graders.frame, graders.batch.
+May import: graders.frame, graders.batch, graders.competition (nurseries).
 """
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ import os
 import platform
 import re
 import socket
-import tempfile
 import time
 from functools import cache
 from pathlib import Path
 
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
 from graders.batch.zygote import Zygote
+from graders.competition.nurseries import team_nursery
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.frame.levels import LEVELS, CheckResult
 from graders.frame.machinelock import default_path
@@ -84,8 +85,9 @@ def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: in
              device: str = "cpu", threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
     """A job for the fleet: only this kata's solution file travels."""
     name = f"{kata}/solution.py"
+    tree = hashlib.sha256(b"".join(n.encode() + b"\0" + files[n] + b"\0" for n in sorted(files))).hexdigest()
     return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "speed": speed, "seed": seed,
-            "files": {name: files[name]} if name in files else {}, "device": device, "threads": threads,
+            "files": {name: files[name]} if name in files else {}, "tree": tree, "device": device, "threads": threads,
             "kata_timeout": kata_timeout, "kata_memory": kata_memory}
 
 
@@ -136,18 +138,14 @@ def grade_job(job: dict) -> dict:
     _log("start", job, address)
     started = time.time()
     try:
-        with tempfile.TemporaryDirectory(prefix="fx-katas-job-") as scratch:
-            tree = Path(scratch) / "tree"
-            tree.mkdir()
-            for name, data in job["files"].items():
-                found = SOLUTION.match(name)
-                if found and found.group(1) == kata:  # nothing else a job carries reaches the disk
-                    (tree / kata).mkdir(exist_ok=True)
-                    (tree / name).write_bytes(data)
-            # Forked from this machine's zygote, sharing its machine lock with every other grading process here.
+        source = next((data for name, data in job["files"].items()  # nothing else a job carries reaches the disk
+                       if (found := SOLUTION.match(name)) and found.group(1) == kata), None)
+        with team_nursery(f"{job['team']}\0{job['tree']}", kata, source) as (tree, nursery):
+            # Forked from this machine's zygote, sharing its machine lock with every other grading process
+            # here; its workers forked by the team's nursery.
             args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=not job["speed"],
                                       isolate=True, kata_timeout=job["kata_timeout"], kata_memory=job["kata_memory"],
-                                      fork=True, machine_lock=default_path())
+                                      fork=True, machine_lock=default_path(), nursery=nursery)
             outcomes, _ = run_katas([kata], tree, args, job["seed"], levels, 1, threads_each=_threads_each())
         outcome = outcomes[kata]
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from graders.frame.levels import CheckFailed
 from graders.frame.solution import Called, missing_solution
 from graders.isolation import records
 from graders.isolation.channel import dumps_request, read_frame, write_frame
+from graders.isolation.nursery import connect as nursery_connect
 from graders.isolation.sandbox import REPO_ROOT, Limits, bwrap, limited, sandbox_arguments, sandbox_problem
 
 __all__ = ["Channel", "Limits", "Worker", "WorkerFailed", "kill", "launch", "sandbox_problem"]
@@ -40,12 +42,14 @@ class WorkerFailed(Exception):
 
 @dataclass
 class Channel:
-    """The pipes to a running worker and its process, which leads its own process group."""
+    """The pipes to a running worker and its process, which leads its own process group; or the connection
+    to a worker a nursery forked (graders/isolation/nursery.py), which dies when the connection closes."""
 
-    pid: int
+    pid: int | None
     to_worker: int
     from_worker: int
-    process: subprocess.Popen
+    process: subprocess.Popen | None
+    connection: socket.socket | None = None
 
 
 def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()) -> Channel:
@@ -62,8 +66,18 @@ def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits =
     return Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
 
 
-def kill(channel: Channel) -> int:
-    """Kill a worker's whole process group and close its pipes; its exit status."""
+def from_nursery(nursery: Path, solution_path: Path, kata: str, *, threads: int = 1) -> Channel:
+    """Ask the team's nursery for a worker for `solution_path`; it says hello once it has imported the solution."""
+    connection = nursery_connect(nursery, solution_path, kata, threads)
+    return Channel(None, connection.fileno(), connection.fileno(), None, connection)
+
+
+def kill(channel: Channel) -> int | None:
+    """Kill a worker's whole process group and close its pipes; its exit status (a nursery's worker: the
+    nursery kills it when the connection closes; None)."""
+    if channel.connection is not None:
+        channel.connection.close()
+        return None
     try:
         os.killpg(channel.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -80,8 +94,10 @@ class Worker:
     """One worker process for one kata of one solution tree; started on first use, restarted after a
     failure."""
 
-    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits()):
+    def __init__(self, solution_path: Path, kata: str, *, threads: int = 1, limits: Limits = Limits(),
+                 nursery: Path | None = None):
         self.solution_path, self.kata, self.threads, self.limits = solution_path, kata, threads, limits
+        self.nursery = nursery  # the socket of the team's nursery, which forks workers warm (the fleet)
         self._channel: Channel | None = None
         self.load_failure: str | None = None
 
@@ -92,7 +108,13 @@ class Worker:
         self.load_failure = missing_solution(self.solution_path)  # bubblewrap cannot bind a missing file
         if self.load_failure:
             return
-        self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
+        if self.nursery is not None:
+            try:
+                self._channel = from_nursery(self.nursery, self.solution_path, self.kata, threads=self.threads)
+            except OSError as exc:
+                raise WorkerFailed(f"the team's nursery at {self.nursery} did not answer ({exc})") from None
+        else:
+            self._channel = launch(self.solution_path, self.kata, threads=self.threads, limits=self.limits)
         try:
             # A little inside the check's own time-out, so that this sentence, not the check's, says why.
             hello = self._receive(time.monotonic() + 0.9 * timeout, "importing the solution")
@@ -176,6 +198,12 @@ class Worker:
         if not isinstance(reply, dict):
             self.stop()
             raise WorkerFailed("the worker sent something that is not a reply")
+        if reply.get("failure") == "died" and self._channel and self._channel.connection is not None:
+            # The nursery's word on its worker's end (graders/isolation/nursery.py): how it died.
+            self.stop()
+            status = reply.get("status")
+            raise WorkerFailed(f"the worker process running the solution died while {doing} ran"
+                               f"{_exit_reason(status if isinstance(status, int) else None)}")
         return reply
 
     def stop(self) -> int | None:

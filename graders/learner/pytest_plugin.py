@@ -55,6 +55,9 @@ def pytest_addoption(parser):
                     help="(score.py) append a JSON line to FILE as each check starts and as it ends, with the "
                          "kata's points so far")
     group.addoption("--levels", default=None, metavar="1,2,4", help="run only these levels (score.py --jobs uses it)")
+    group.addoption("--nursery", default=None, metavar="SOCKET",
+                    help="(the fleet) with --isolate, ask the team's nursery at SOCKET for worker processes, forked "
+                         "warm, instead of starting each one (graders/isolation/nursery.py)")
     group.addoption("--machine-lock", default=None, metavar="FILE",
                     help="(the fleet) share the machine lock FILE with the other grading processes of this machine: "
                          "held shared while checks run, alone while a speed level times (graders/frame/machinelock.py; "
@@ -151,7 +154,7 @@ def kata_session(request) -> GradingSession:
         sessions[solutions] = GradingSession(
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
-            isolate=config.getoption("isolate"))
+            isolate=config.getoption("isolate"), nursery=config.getoption("nursery"))
     return sessions[solutions]
 
 

@@ -51,6 +51,7 @@ class GradingSession:
         threads: int = 1,
         speed: bool = True,
         isolate: bool = False,
+        nursery: Path | None = None,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -60,6 +61,7 @@ class GradingSession:
         self.threads = threads
         self.speed = speed
         self.isolate = isolate  # solution code runs in worker processes only (graders/isolation/worker.py)
+        self.nursery = Path(nursery) if nursery else None  # where isolated workers come from, forked warm (the fleet)
         self._workers: dict[str, Any] = {}
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
@@ -94,7 +96,7 @@ class GradingSession:
     def worker(self, kata: str):
         """The worker process that runs this tree's solution of `kata` (isolated grading)."""
         if kata not in self._workers:
-            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads)
+            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads, nursery=self.nursery)
         return self._workers[kata]
 
     def close(self) -> None:

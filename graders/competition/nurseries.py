@@ -1,0 +1,113 @@
+"""A fleet machine's nurseries: one per team's tree that the machine grades, so its workers start warm
+(graders/isolation/nursery.py), shared by that team's jobs on this machine and closed when idle.
+
+A job stages its kata's solution file in its team's folder here (`solutions/NN_name/solution.py`, read-only
+inside the team's sandbox) and grades with that nursery's socket. A nursery serves one team's tree (the
+key: the team and a hash of all its files, so a resubmission gets a sandbox of its own) and only it.
+Nurseries start from one long-lived thread of this process: the sandbox dies with the thread that
+started it (bubblewrap's --die-with-parent), and a Dask worker's job threads come and go. One that no job
+has used for IDLE_SECONDS, or beyond the KEEP_IDLE most recently used idle ones, is closed (its workers
+with it) and its folder removed.
+
+May import: graders.frame, graders.isolation (the nursery).
+"""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graders.frame.machinelock import MachineLock, default_path
+from graders.isolation.nursery import Nursery, open_nursery
+
+IDLE_SECONDS, KEEP_IDLE = 60.0, 2
+
+
+@dataclass
+class _Team:
+    root: Path
+    started: Future
+    users: int = 0
+    used: float = field(default_factory=time.monotonic)
+
+    @property
+    def solutions(self) -> Path:
+        return self.root / "solutions"
+
+
+_lock = threading.Lock()
+_teams: dict[str, _Team] = {}
+_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fx-katas-nurseries")  # its thread never ends
+
+
+def _start(root: Path) -> Nursery:
+    """A nursery loads torch and the katas' models (2 s of CPU): grading work, held off timings like any other."""
+    with MachineLock(default_path()).hold(exclusive=False):
+        return open_nursery(root / "solutions", root / "sockets")
+
+
+def _usable(team: _Team) -> bool:
+    if not team.started.done():
+        return True
+    return team.started.exception() is None and team.started.result().alive()
+
+
+@contextmanager
+def team_nursery(key: str, kata: str, source: bytes | None):
+    """This team's solutions folder (with `source` staged as kata's solution file) and its nursery's socket
+    (None if it could not start: the judge then starts each worker itself), for one job."""
+    with _lock:
+        team = _teams.get(key)
+        if team is None or not _usable(team):
+            root = Path(tempfile.mkdtemp(prefix="fx-katas-team-"))
+            (root / "solutions").mkdir()
+            (root / "sockets").mkdir()
+            team = _teams[key] = _Team(root, _starter.submit(_start, root))
+        team.users += 1
+    try:
+        if source is not None:
+            (team.solutions / kata).mkdir(exist_ok=True)
+            staged = team.solutions / kata / "solution.py"
+            if not staged.exists():
+                temporary = staged.with_suffix(".part")
+                temporary.write_bytes(source)
+                temporary.rename(staged)  # whole or absent, for a job of the same kata beside this one
+        try:
+            socket_path = team.started.result().socket_path
+        except Exception:  # noqa: BLE001 - no nursery: the judge starts each worker itself, as off the fleet
+            socket_path = None
+        yield team.solutions, socket_path
+    finally:
+        with _lock:
+            team.users -= 1
+            team.used = time.monotonic()
+            idle = sorted((t for t in _teams.items() if t[1].users == 0), key=lambda t: t[1].used, reverse=True)
+            closing = [(k, t) for n, (k, t) in enumerate(idle)
+                       if n >= KEEP_IDLE or time.monotonic() - t.used > IDLE_SECONDS or not _usable(t)]
+            for k, _ in closing:
+                del _teams[k]
+        for _, t in closing:
+            _close(t)
+
+
+def _close(team: _Team) -> None:
+    try:
+        if team.started.exception() is None:
+            team.started.result().close()
+    finally:
+        shutil.rmtree(team.root, ignore_errors=True)
+
+
+@atexit.register
+def close_all() -> None:
+    with _lock:
+        teams = list(_teams.values())
+        _teams.clear()
+    for team in teams:
+        _close(team)
