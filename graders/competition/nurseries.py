@@ -1,8 +1,8 @@
 """A fleet machine's nurseries: one per team's tree that the machine grades, so its workers start warm
 (graders/isolation/nursery.py), shared by that team's jobs on this machine and closed when idle.
 
-A job stages its kata's solution file in its team's folder here (`solutions/NN_name/solution.py`, read-only
-inside the team's sandbox) and grades with that nursery's socket. A nursery serves one team's tree (the
+A job stages its kata's solution file in its team's folder here (`NN_name/solution.py`, in the Dask worker's
+scratch space, read-only inside the team's sandbox) and grades with that nursery's socket. A nursery serves one team's tree (the
 key: the team and a hash of all its files, so a resubmission gets a sandbox of its own) and only it.
 Nurseries start from one long-lived thread of this process: the sandbox dies with the thread that
 started it (bubblewrap's --die-with-parent), and a Dask worker's job threads come and go. One that no job
@@ -31,14 +31,21 @@ IDLE_SECONDS, KEEP_IDLE = 60.0, 2
 
 @dataclass
 class _Team:
-    root: Path
+    solutions: Path  # the team's staged files: in the Dask worker's own scratch space, which Dask purges
+    sockets: Path  # the nursery's socket: a short path in /tmp (a socket's path has at most 107 bytes)
     started: Future
     users: int = 0
     used: float = field(default_factory=time.monotonic)
 
-    @property
-    def solutions(self) -> Path:
-        return self.root / "solutions"
+
+def _scratch() -> str | None:
+    """The Dask worker's local directory (removed with the worker, or purged by the next one if it died)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().local_directory
+    except (ImportError, ValueError, AttributeError):
+        return None
 
 
 _lock = threading.Lock()
@@ -46,10 +53,10 @@ _teams: dict[str, _Team] = {}
 _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fx-katas-nurseries")  # its thread never ends
 
 
-def _start(root: Path) -> Nursery:
+def _start(solutions: Path, sockets: Path) -> Nursery:
     """A nursery loads torch and the katas' models (2 s of CPU): grading work, held off timings like any other."""
     with MachineLock(default_path()).hold(exclusive=False):
-        return open_nursery(root / "solutions", root / "sockets")
+        return open_nursery(solutions, sockets)
 
 
 def _usable(team: _Team) -> bool:
@@ -65,10 +72,9 @@ def team_nursery(key: str, kata: str, source: bytes | None):
     with _lock:
         team = _teams.get(key)
         if team is None or not _usable(team):
-            root = Path(tempfile.mkdtemp(prefix="fx-katas-team-"))
-            (root / "solutions").mkdir()
-            (root / "sockets").mkdir()
-            team = _teams[key] = _Team(root, _starter.submit(_start, root))
+            solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
+            sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-"))
+            team = _teams[key] = _Team(solutions, sockets, _starter.submit(_start, solutions, sockets))
         team.users += 1
     try:
         if source is not None:
@@ -101,7 +107,8 @@ def _close(team: _Team) -> None:
         if team.started.exception() is None:
             team.started.result().close()
     finally:
-        shutil.rmtree(team.root, ignore_errors=True)
+        shutil.rmtree(team.solutions, ignore_errors=True)
+        shutil.rmtree(team.sockets, ignore_errors=True)
 
 
 @atexit.register
