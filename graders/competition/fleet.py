@@ -58,7 +58,10 @@ class Fleet:
             self.client = Client(self.cluster)
         else:
             self.client = Client(address, timeout=30)
-        self.client.run(warm_up)  # every machine starts its zygote while the jobs are being prepared
+        try:  # every machine starts its zygote while the jobs are being prepared; only a head start
+            self.client.run(warm_up, on_error="ignore")
+        except Exception:  # noqa: BLE001 - a worker that cannot (another version) refuses its jobs later, with a sentence
+            pass
         self.timing_host = timing_host
         self._timing_workers = self._resolve(timing_host) if timing_host else None
         self.refusals: dict[str, str] = {}  # worker address: its sentence
