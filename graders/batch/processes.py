@@ -7,11 +7,9 @@ May import: graders.frame, graders.batch.summary.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +20,7 @@ from pathlib import Path
 from graders.batch.summary import failed_grading, summarise_phases
 from graders.batch.zygote import ForkedProcess
 from graders.frame.catalogue import REPO_ROOT
+from graders.frame.lifetimes import die_with_parent, kill_group
 from graders.frame.levels import CheckResult
 
 # The levels of a correctness phase and of a speed phase (--levels of the pytest plugin).
@@ -36,11 +35,7 @@ def memory_cap(gigabytes: float):
 
     def hook():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        if sys.platform == "linux":
-            try:
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-            except (OSError, AttributeError):
-                pass
+        die_with_parent()
 
     return hook
 
@@ -119,10 +114,7 @@ class GradingProcess:
 
     def kill(self) -> None:
         """Kill its process group (the judge and the worker processes it started) and wait for it."""
-        if isinstance(self.process, ForkedProcess):
-            self.process.kill()
-        else:
-            os.killpg(self.process.pid, signal.SIGKILL)
+        kill_group(self.process.pid)
         self.process.wait()
 
     def last_words(self) -> str:

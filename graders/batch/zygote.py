@@ -39,6 +39,7 @@ import threading
 from pathlib import Path
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
+from graders.frame.lifetimes import die_with_parent, kill_group
 from graders.frame.machinelock import MachineLock, default_path
 
 # What every grading process imports before it grades: loaded once, in the zygote.
@@ -54,12 +55,7 @@ def _grading_process(request: dict) -> None:
     code = 70
     try:
         os.setsid()  # a session of its own: the judge kills its process group as one
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
-        except (OSError, AttributeError):
-            pass
+        die_with_parent()  # with the zygote
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
@@ -209,11 +205,7 @@ class ForkedProcess:
     def kill(self) -> None:
         """Kill its process group (it leads its own session: the judge and the workers it started)."""
         if self.returncode is None:
-            for kill in (os.killpg, os.kill):  # the group, and itself in case it had no session yet
-                try:
-                    kill(self.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            kill_group(self.pid)
 
 
 if __name__ == "__main__":

