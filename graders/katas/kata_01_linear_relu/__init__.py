@@ -99,9 +99,13 @@ def fused_module(ctx: Context):
     inputs = input_sets(lambda batch: on_device((torch.randn(batch, 10),), ctx.device))
     with torch.no_grad():
         got = module(x := inputs[0][0])
+        right = torch.relu(expected(x))
         slips = {"the ReLU is missing": expected(x), "the bias is missing": torch.relu(x @ expected.weight.T)}
     for slip, wrong in slips.items():
-        if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(got, wrong, atol=1e-5):
+        # A slip is named only where its output differs from the right one on this input (with every output
+        # below zero, relu(x @ W.T) and relu(x @ W.T + b) can both be all zeros).
+        if (isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(got, wrong, atol=1e-5)
+                and not torch.allclose(wrong, right, atol=1e-5)):
             raise CheckFailed(f"FusedLinearReLU(linear)(x) computes something else than relu(linear(x)): {slip}.")
     assert_same_outputs(lambda x: torch.relu(expected(x)), module, inputs, what="FusedLinearReLU(linear)",
                         hint="forward computes relu(x @ weight.T + bias), e.g. F.linear(x, weight, bias).relu_().")
