@@ -243,3 +243,26 @@ def test_each_teams_tree_gets_a_nursery_of_its_own_and_idle_ones_are_closed(tmp_
     assert len(nurseries._teams) == nurseries.KEEP_IDLE and "ada\0tree1" not in nurseries._teams
     nurseries.close_all()
     assert not any(path.exists() for paths in seen.values() for path in paths)
+
+
+def test_without_a_nursery_a_job_still_grades_its_workers_started_one_by_one(tmp_path, monkeypatch):
+    """A nursery that cannot start (here: a socket path longer than a Unix socket allows) costs speed, not
+    points: team_nursery hands out no socket, and the judge starts each worker itself."""
+    from graders.competition import nurseries
+    from graders.isolation.nursery import open_nursery
+
+    long = tmp_path / ("x" * 120)
+    long.mkdir()
+    try:
+        open_nursery(tmp_path, long)
+    except ValueError as exc:
+        assert "longer than a Unix socket's 107 bytes" in str(exc)
+    else:
+        raise AssertionError("a nursery started on a socket path too long for it")
+    monkeypatch.setattr(nurseries, "_start", lambda solutions, sockets: open_nursery(solutions, long))
+    source = (REPO_ROOT / "reference" / "05_cse" / "solution.py").read_bytes()
+    with nurseries.team_nursery("ada\0long", "05_cse", source) as (tree, socket_path):
+        assert socket_path is None
+        outcomes, _ = run_katas(["05_cse"], tree, grading_args(fork=True, nursery=socket_path), 11, None)
+    assert round(sum(r.points for r in outcomes["05_cse"]), 6) == 80.0
+    nurseries.close_all()

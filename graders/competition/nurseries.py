@@ -14,6 +14,7 @@ May import: graders.frame, graders.isolation (the nursery).
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import threading
@@ -73,7 +74,7 @@ def team_nursery(key: str, kata: str, source: bytes | None):
         team = _teams.get(key)
         if team is None or not _usable(team):
             solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
-            sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-"))
+            sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-", dir="/tmp" if os.path.isdir("/tmp") else None))
             team = _teams[key] = _Team(solutions, sockets, _starter.submit(_start, solutions, sockets))
         team.users += 1
     try:

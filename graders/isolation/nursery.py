@@ -180,6 +180,8 @@ def open_nursery(solutions: Path, sockets: Path, limits: Limits = Limits()) -> N
     """Start a nursery for the solution files under `solutions` (read-only inside), listening in `sockets`.
     Sandboxed where bubblewrap runs; the caller's thread must outlive it (the sandbox dies with it)."""
     socket_path = sockets / "nursery.sock"
+    if len(os.fsencode(socket_path)) > 107:  # sockaddr_un's limit
+        raise ValueError(f"a nursery's socket path is longer than a Unix socket's 107 bytes: {socket_path}")
     binary = bwrap()
     command = [sys.executable, "-m", "graders.isolation.nursery", str(socket_path), str(limits.memory_gb),
                str(limits.cpu_s), "sandboxed" if binary else "plain"]
