@@ -3,6 +3,7 @@ grading processes forked from the zygote (graders/batch/zygote.py), with real pr
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -266,3 +267,26 @@ def test_without_a_nursery_a_job_still_grades_its_workers_started_one_by_one(tmp
         outcomes, _ = run_katas(["05_cse"], tree, grading_args(fork=True, nursery=socket_path), 11, None)
     assert round(sum(r.points for r in outcomes["05_cse"]), 6) == 80.0
     nurseries.close_all()
+
+
+def test_a_sockets_folder_left_by_a_killed_process_is_removed_by_the_next_one(tmp_path):
+    """A fleet worker killed with its nurseries leaves their socket folders in /tmp; the next process that
+    makes one removes every folder whose claim no living process holds, and none that is held."""
+    from graders.competition import nurseries
+
+    script = ("import os, signal\nfrom graders.competition.nurseries import _sockets_folder\n"
+              "folder, claim = _sockets_folder()\nprint(folder, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    killed = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    left = Path(killed.stdout.strip())
+    assert left.is_dir() and (left / "owner").exists()
+    held, claim = nurseries._sockets_folder()  # the sweep runs first, then makes this one
+    try:
+        assert not left.exists() and held.is_dir()
+        again, other = nurseries._sockets_folder()
+        assert held.is_dir()  # held by this process: not swept
+        other.close()
+        shutil.rmtree(again)
+    finally:
+        claim.close()
+        shutil.rmtree(held, ignore_errors=True)

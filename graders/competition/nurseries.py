@@ -14,6 +14,7 @@ May import: graders.frame, graders.isolation (the nursery).
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ IDLE_SECONDS, KEEP_IDLE = 60.0, 2
 class _Team:
     solutions: Path  # the team's staged files: in the Dask worker's own scratch space, which Dask purges
     sockets: Path  # the nursery's socket: a short path in /tmp (a socket's path has at most 107 bytes)
+    owner: object  # the sockets folder's claim file, held locked while this process lives (see _sockets_folder)
     started: Future
     users: int = 0
     used: float = field(default_factory=time.monotonic)
@@ -52,6 +54,29 @@ def _scratch() -> str | None:
 _lock = threading.Lock()
 _teams: dict[str, _Team] = {}
 _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fx-katas-nurseries")  # its thread never ends
+
+
+SOCKETS = Path("/tmp") if os.path.isdir("/tmp") else Path(tempfile.gettempdir())
+
+
+def _sockets_folder():
+    """A new folder for a nursery's socket, and its claim: a file this process holds locked while it lives.
+    Folders whose claim nobody holds (their process was killed before it could remove them) go first."""
+    for stale in SOCKETS.glob("fx-katas-nursery-*"):
+        try:
+            with open(stale / "owner", "rb") as claim:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # alive
+        except OSError:
+            pass  # no claim yet (being made), or gone: leave it to its owner
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
+    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-", dir=SOCKETS))
+    claim = open(sockets / "owner.part", "wb")
+    fcntl.flock(claim, fcntl.LOCK_EX)
+    os.rename(sockets / "owner.part", sockets / "owner")  # claimed before any sweep can see the claim
+    return sockets, claim
 
 
 def _start(solutions: Path, sockets: Path) -> Nursery:
@@ -74,8 +99,8 @@ def team_nursery(key: str, kata: str, source: bytes | None):
         team = _teams.get(key)
         if team is None or not _usable(team):
             solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
-            sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-", dir="/tmp" if os.path.isdir("/tmp") else None))
-            team = _teams[key] = _Team(solutions, sockets, _starter.submit(_start, solutions, sockets))
+            sockets, claim = _sockets_folder()
+            team = _teams[key] = _Team(solutions, sockets, claim, _starter.submit(_start, solutions, sockets))
         team.users += 1
     try:
         if source is not None:
@@ -110,6 +135,7 @@ def _close(team: _Team) -> None:
     finally:
         shutil.rmtree(team.solutions, ignore_errors=True)
         shutil.rmtree(team.sockets, ignore_errors=True)
+        team.owner.close()
 
 
 @atexit.register
