@@ -95,13 +95,18 @@ def _usable(team: _Team) -> bool:
 def team_nursery(key: str, kata: str, source: bytes | None):
     """This team's solutions folder (with `source` staged as kata's solution file) and its nursery's socket
     (None if it could not start: the judge then starts each worker itself), for one job."""
+    stale = None
     with _lock:
         team = _teams.get(key)
-        if team is None or not _usable(team):
+        if team is not None and team.users == 0 and not _usable(team):  # died, or never started: try again
+            stale, team = _teams.pop(key), None
+        if team is None:
             solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
             sockets, claim = _sockets_folder()
             team = _teams[key] = _Team(solutions, sockets, claim, _starter.submit(_start, solutions, sockets))
         team.users += 1
+    if stale is not None:
+        _close(stale)
     try:
         if source is not None:
             (team.solutions / kata).mkdir(exist_ok=True)
