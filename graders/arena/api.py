@@ -12,7 +12,7 @@
     GET  /api/admin/submissions         (organiser) every submission and its state
     POST /api/admin/teams               (organiser) {"name": ...}: adds a team, returns its token once
 
-May import: graders.frame, graders.arena (db, uploads, board).
+May import: graders.frame, graders.competition (store: files_hash), graders.arena (db, uploads, board).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from graders.arena import uploads
+from graders.competition.store import files_hash
 from graders.arena.board import iso, redact_summary, results_of, standings
 from graders.arena.db import Database, Submission, SubmittedFile, Team, new_token, now, token_hash
 
@@ -138,7 +139,7 @@ def store_submission(db: Database, token: str | None, parse) -> dict:
             kept = parse(c.katas)
         except uploads.UploadRefused as exc:
             raise HTTPException(exc.status, str(exc)) from None
-        submission = Submission(team_id=team.id, katas=list(c.katas), files_hash=uploads.files_hash(kept), created=now())
+        submission = Submission(team_id=team.id, katas=list(c.katas), files_hash=files_hash(kept), created=now())
         session.add(submission)
         session.flush()
         session.add_all(SubmittedFile(submission_id=submission.id, path=p, content=b) for p, b in kept.items())

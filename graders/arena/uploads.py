@@ -9,7 +9,6 @@ May import: the standard library.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 import tarfile
@@ -85,14 +84,6 @@ def from_parts(parts: list[tuple[str, bytes]], katas: list[str]) -> dict[str, by
         if path is not None and content:
             files[path] = content
     return keep(files, katas)
-
-
-def files_hash(files: dict[str, bytes]) -> str:
-    """The same hash as organiser mode's solutions_hash over a staged tree."""
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.encode() + b"\0" + files[path] + b"\0")
-    return digest.hexdigest()
 
 
 def pack(tree: Path, katas: list[str]) -> tuple[bytes, list[str]]:

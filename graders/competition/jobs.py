@@ -15,7 +15,7 @@ Timing stays alone per machine: every grading process of a machine shares its ma
 no clock runs beside other grading there, whichever jobs the machine runs at once. The Dask worker imports this module by name, so the function that runs is always
 the worker machine's own copy of the project.
 
-May import: graders.frame, graders.batch, graders.competition (nurseries).
+May import: graders.frame, graders.batch, graders.competition (nurseries, store).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
 from graders.batch.zygote import Zygote
 from graders.competition.nurseries import team_nursery
+from graders.competition.store import files_hash
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.frame.levels import LEVELS, CheckResult
 from graders.frame.machinelock import default_path
@@ -85,9 +86,8 @@ def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: in
              device: str = "cpu", threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
     """A job for the fleet: only this kata's solution file travels."""
     name = f"{kata}/solution.py"
-    tree = hashlib.sha256(b"".join(n.encode() + b"\0" + files[n] + b"\0" for n in sorted(files))).hexdigest()
     return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "speed": speed, "seed": seed,
-            "files": {name: files[name]} if name in files else {}, "tree": tree, "device": device, "threads": threads,
+            "files": {name: files[name]} if name in files else {}, "tree": files_hash(files), "device": device, "threads": threads,
             "kata_timeout": kata_timeout, "kata_memory": kata_memory}
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import importlib.metadata
 import importlib.util
 import platform
@@ -24,7 +23,7 @@ from tabulate import tabulate
 from graders.competition.fleet import Job, combine
 from graders.competition.jobs import device_name, did_not_load, speed_not_run
 from graders.competition.ranking import geomean_speedup, ranking_key
-from graders.competition.store import SCHEMA, RunFolder
+from graders.competition.store import SCHEMA, RunFolder, files_hash
 from graders.frame.catalogue import KATAS
 from graders.isolation.sandbox import sandbox_problem
 
@@ -98,10 +97,7 @@ def apply_scan(katas: dict[str, dict], findings: dict[str, list[str]]) -> None:
 
 
 def solutions_hash(tree: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(tree.glob("*/solution.py")):
-        digest.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return files_hash(read_files(tree))
 
 
 def torch_version() -> str:

@@ -9,6 +9,7 @@ May import: the standard library.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -24,6 +25,15 @@ REQUIRED = {"schema": str, "team": str, "timestamp": str, "seed": int, "device":
 
 class InvalidResults(ValueError):
     pass
+
+
+def files_hash(files: dict[str, bytes]) -> str:
+    """A team's tree as one hash ({"NN_name/solution.py": bytes}): the stored runs' solutions_hash, the live
+    service's submissions, and the key of a team's nursery on a worker machine."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.encode() + b"\0" + files[path] + b"\0")
+    return digest.hexdigest()
 
 
 def validate(run: dict, source: str) -> dict:
