@@ -123,6 +123,10 @@ def solution(kata: str, tag: str = "") -> bytes:
     return (REPO_ROOT / "reference" / kata / "solution.py").read_bytes() + (f"\n# {tag}\n".encode() if tag else b"")
 
 
+class PortTaken(Exception):
+    """The server could not bind its port: another process took it after free_port() let it go."""
+
+
 class Server:
     """`arena.py serve` in a subprocess (its own process group) on a free port of 127.0.0.1."""
 
@@ -134,6 +138,16 @@ class Server:
         self.starts = 0
 
     def start(self, timeout: float = 90) -> "Server":
+        """Start it on a free port; if another process took that port before the server bound it (the
+        server's own Dask cluster binds ports of its own first), again on another one."""
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                continue
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> "Server":
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.starts += 1
@@ -146,6 +160,8 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if "address already in use" in self.log.read_text().lower():
+                    raise PortTaken(self.port)
                 raise AssertionError(f"the server exited ({self.process.returncode}):\n{self.log.read_text()}")
             try:
                 if http(self.url + "/api/competition", timeout=5).status in (200, 404):
