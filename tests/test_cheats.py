@@ -61,9 +61,10 @@ CASES = [
     Cheat("slows_batch_norm_in_a_mode", "3", None, "", scanned=True, isolated=None, in_process=False),
     Cheat("reaches_the_grader_through_torch", "3", None, "", scanned=False, isolated=None, in_process=False),
 ]
-# What the honest fold leaves on the L3 benchmark (aten ops per call) and a speedup it never reaches: it
-# measures 1.44x-1.51x on the 2-core CI machine; the issue measured these cheats at 2.4x-2.8x in process.
-HONEST_ATEN_OPS_AFTER, HONEST_SPEEDUP_BELOW = 16, 2.0
+# What the honest fold leaves on the L3 benchmark, counted exactly: aten ops per call and the bytes its fresh
+# tensors take per call (the original: 32 ops, 98304 bytes). A cheat that skips work (a cached forward, a
+# memo) changes both; the clock is no test of that (the honest fold read 1.4x-2.7x here, under load).
+HONEST_ATEN_OPS_AFTER, HONEST_BYTES_WRITTEN_AFTER = 16, 65536
 
 
 # What every cheat may use: the reference's honest pass, and a way to put any module behind a graph.
@@ -143,7 +144,7 @@ def test_cheat_is_rejected(tmp_path, cheat):
 def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
     graph it sent back. Rejected at its level, or graded as the honest pass it wraps: the same aten ops
-    on the benchmark and an honest speedup, never disqualified (that is the static scan's job).
+    and fresh bytes on the benchmark, never disqualified (that is the static scan's job).
 
     The judge is this test's own process, as safe as a grading process of its own since the cheat never
     runs in it; except for the cheat that goes after the grading process's records file, which needs one."""
@@ -164,7 +165,7 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
     for r in results:
         if r["level"] == 3:
             assert r["figures"]["aten_ops_after"] == HONEST_ATEN_OPS_AFTER, r["figures"]
-            assert r["figures"]["speedup"] < HONEST_SPEEDUP_BELOW, r["figures"]
+            assert r["figures"]["bytes_written_after"] == HONEST_BYTES_WRITTEN_AFTER, r["figures"]
 
 
 @pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)
@@ -197,6 +198,8 @@ def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
     # graders package, and a symlink to the organiser's reference under another kata.
     sneaky = submissions / "sneaky"
     shutil.copytree(REPO_ROOT / "katas" / KATA, sneaky / KATA)
+    with open(sneaky / KATA / "solution.py", "a") as stub:  # no longer the shipped stub byte for byte: graded
+        stub.write("# edited\n")
     (sneaky / "conftest.py").write_text(
         "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
         "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")

@@ -68,10 +68,12 @@ def speed_level(tmp_path: Path, kata: str, mutant: Mutant) -> CheckResult:
 
 
 def assert_no_op_is_timed_too_slow(tmp_path: Path, kata: str, no_op: Mutant) -> None:
-    """The speed level fails a pass that changes nothing, on the clock (near 1.0x, under the threshold)."""
+    """The speed level fails a pass that changes nothing, on the clock: under the threshold. (A no-op reads
+    near 1.0x, but how far below it a loaded machine pushes one reading is no claim of the grader's:
+    bench/speed_fidelity.py repeats the gradings for that.)"""
     result = speed_level(tmp_path, kata, no_op)
     assert not result.passed, result.message
-    assert 0.8 < result.figures["speedup"] < result.figures["threshold"], result.message
+    assert result.figures["speedup"] < result.figures["threshold"], result.message
 
 
 def assert_no_op_writes_too_much(tmp_path: Path, kata: str, no_op: Mutant) -> None:
