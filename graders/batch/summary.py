@@ -7,7 +7,8 @@ May import: graders.frame.
 """
 from __future__ import annotations
 
-from graders.frame.levels import CheckResult, level_points
+from graders.frame.catalogue import REPO_ROOT
+from graders.frame.levels import LEVELS, CheckResult, level_points
 
 
 def summarise(kata: str, results: list[CheckResult]) -> dict:
@@ -42,3 +43,19 @@ def summarise_phases(kata: str, outcomes: list[list[CheckResult] | dict]) -> dic
 def failed_grading(status: str, message: str) -> dict:
     return {"status": status, "points": 0.0, "max_points": 100.0, "levels": {}, "speedup": None,
             "speed_provisional": False, "message": message, "disqualified": None, "checks": []}
+
+
+def is_shipped_stub(kata: str, source: bytes | None) -> bool:
+    """Whether `source` is the kata's stub byte for byte as this project ships it (katas/NN_name/solution.py)."""
+    stub = REPO_ROOT / "katas" / kata / "solution.py"
+    return source is not None and stub.is_file() and source == stub.read_bytes()
+
+
+def stub_records(kata: str, levels: list[int], speed: bool = True) -> list[CheckResult]:
+    """The verdict on the shipped stub without grading it (nothing of it runs: every check of a stub fails
+    "still the stub", tests/test_katas.py): one failed record per level, holding the level's points; the
+    speed level's is skipped when speed is off, as a graded one would be."""
+    return [CheckResult(kata, level, "stub", False, 0.0, float(LEVELS[level].points),
+                        f"{kata}/solution.py is still the stub, byte for byte as shipped: fill in its TODO(human) "
+                        "parts (not graded: every check of the stub fails)", skipped=level == 3 and not speed)
+            for level in levels]

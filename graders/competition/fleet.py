@@ -11,6 +11,8 @@ and the seed; the worker machine grades it in processes of its own and sends bac
   while checks run, exclusive while a speed level times (graders/frame/machinelock.py).
 - `timing_host` splits a kata in two jobs: its correctness levels anywhere, then (once they are back,
   and only if the solution loaded) its speed level on that machine.
+- A kata whose file is its shipped stub, byte for byte, is judged at once from the bytes (every check
+  of a stub fails): no job, no sandbox; a team that left katas untouched costs the fleet nothing there.
 - A job lost with its worker is run again elsewhere by the scheduler; one whose solution took down the
   machines grading it more than the scheduler allows (distributed.scheduler.allowed-failures, 3) comes back
   as "crashed the grader", with a reason. A machine at another project version refuses its jobs; they go
@@ -26,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from graders.batch.summary import failed_grading, summarise_phases
+from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise_phases
 from graders.competition.jobs import did_not_load, grade_job, make_job, speed_not_run, warm_up
 from graders.frame.levels import CheckResult
 
@@ -45,10 +47,12 @@ class Fleet:
     """A Dask client: a cluster of its own in this process when address is None."""
 
     def __init__(self, address: str | None = None, *, timing_host: str | None = None, device: str = "cpu",
-                 threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0, slots: int | None = None):
+                 threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0, slots: int | None = None,
+                 check_timeout: float | None = None):
         from distributed import Client, LocalCluster  # here: a learner's score.py needs no Dask
 
         self.device, self.threads, self.kata_timeout, self.kata_memory = device, threads, kata_timeout, kata_memory
+        self.check_timeout = check_timeout
         self.cluster = None
         if address is None:
             # Threads, not processes: a job only starts and watches its grading subprocess, so the worker
@@ -90,7 +94,8 @@ class Fleet:
     def submit(self, job: Job, seed: int):
         """A Dask future for one job."""
         payload = make_job(job.team, job.kata, job.files, job.phase, seed, speed=job.speed, device=self.device,
-                           threads=self.threads, kata_timeout=self.kata_timeout, kata_memory=self.kata_memory)
+                           threads=self.threads, kata_timeout=self.kata_timeout, kata_memory=self.kata_memory,
+                           check_timeout=self.check_timeout)
         options: dict = {"pure": False, "key": f"grade-{job.phase}-{job.kata}-{job.team}-{os.urandom(4).hex()}"}
         if job.phase == "speed" and self._timing_workers:
             options["workers"] = self._timing_workers
@@ -106,7 +111,15 @@ class Fleet:
         from distributed import as_completed
         from distributed.scheduler import KilledWorker
 
-        pending = {self.submit(job, seed): job for job in jobs}
+        stubs = [job for job in jobs if is_shipped_stub(job.kata, job.files.get(f"{job.kata}/solution.py"))]
+        pending = {self.submit(job, seed): job for job in jobs if job not in stubs}
+        for job in stubs:  # judged here, from the bytes alone: no grading process, no sandbox, nothing runs
+            yield job, stub_result(job)
+            if job.phase == "correctness" and job.speed:
+                follow = Job(job.team, job.kata, "speed", job.files, job.speed)
+                yield follow, stub_result(follow)
+        if not pending:
+            return
         flow = as_completed(list(pending))
         for future in flow:
             job = pending.pop(future)
@@ -171,6 +184,15 @@ class Fleet:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+PHASE_LEVELS = {"all": [1, 2, 3, 4], "correctness": [1, 2, 4], "speed": [3]}
+
+
+def stub_result(job: Job) -> dict:
+    """A job whose file is the kata's shipped stub, judged without grading (batch.summary.stub_records)."""
+    records = stub_records(job.kata, PHASE_LEVELS[job.phase], speed=job.speed)
+    return {"records": [r.to_dict() for r in records], "machine": None, "worker": None, "seconds": 0.0}
 
 
 def combine(kata: str, parts: dict[str, dict]) -> dict:
