@@ -150,6 +150,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
         options += ["--no-speed"] if args.no_speed else []
         options += ["--isolate"] if args.isolate else []
         options += ["--levels", levels] if levels else []
+        options += ["--check-timeout", str(args.check_timeout)] if getattr(args, "check_timeout", None) else []
         options += ["--machine-lock", str(args.machine_lock)] if getattr(args, "machine_lock", None) else []
         options += ["--nursery", str(args.nursery)] if getattr(args, "nursery", None) else []
         running, env = [], dict(os.environ)

@@ -88,6 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="grading seed (default: random, printed)")
     parser.add_argument("--kata-timeout", type=float, default=900.0, metavar="S",
                         help="seconds one kata may take in all before it is stopped (default 900)")
+    parser.add_argument("--check-timeout", type=float, metavar="S",
+                        help="seconds one check may take, loading the solution included (default: each check's "
+                             "own, 60 s or 300 s for speed)")
     parser.add_argument("--kata-memory", type=float, default=8.0, metavar="GB",
                         help="address space one kata's grading process may use (default 8 GiB)")
     parser.add_argument("--submit", metavar="URL",
@@ -160,7 +163,8 @@ def main(argv=None) -> int:
             from graders.competition.fleet import Fleet  # here: a learner's run needs no Dask
 
             with Fleet(args.cluster, timing_host=args.timing_host, device=args.device, threads=args.threads,
-                       kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs) as fleet:
+                       kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs,
+                       check_timeout=args.check_timeout) as fleet:
                 graded = grade_teams(fleet, {team: read_files(tree) for team, tree in trees.items()}, available,
                                      seed, not args.no_speed, folder)
         else:

@@ -83,12 +83,13 @@ def machine(device: str = "cpu") -> dict:
 
 
 def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: int, *, speed: bool = True,
-             device: str = "cpu", threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0) -> dict:
+             device: str = "cpu", threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0,
+             check_timeout: float | None = None) -> dict:
     """A job for the fleet: only this kata's solution file travels."""
     name = f"{kata}/solution.py"
     return {"version": project_version(), "team": team, "kata": kata, "phase": phase, "speed": speed, "seed": seed,
             "files": {name: files[name]} if name in files else {}, "tree": files_hash(files), "device": device, "threads": threads,
-            "kata_timeout": kata_timeout, "kata_memory": kata_memory}
+            "kata_timeout": kata_timeout, "kata_memory": kata_memory, "check_timeout": check_timeout}
 
 
 def _threads_each() -> int | None:
@@ -145,6 +146,7 @@ def grade_job(job: dict) -> dict:
             # here; its workers forked by the team's nursery.
             args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=not job["speed"],
                                       isolate=True, kata_timeout=job["kata_timeout"], kata_memory=job["kata_memory"],
+                                      check_timeout=job.get("check_timeout"),
                                       fork=True, machine_lock=default_path(), nursery=nursery)
             outcomes, _ = run_katas([kata], tree, args, job["seed"], levels, 1, threads_each=_threads_each())
         outcome = outcomes[kata]

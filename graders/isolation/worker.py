@@ -171,7 +171,7 @@ class Worker:
 
     def _ask(self, ctx, message: dict) -> dict:
         try:
-            return self.request(message, ctx.check.timeout)
+            return self.request(message, ctx.session.timeout(ctx.check))
         except WorkerFailed as failure:
             raise CheckFailed(str(failure)) from None
 

@@ -154,7 +154,8 @@ def kata_session(request) -> GradingSession:
         sessions[solutions] = GradingSession(
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
-            isolate=config.getoption("isolate"), nursery=config.getoption("nursery"))
+            isolate=config.getoption("isolate"), nursery=config.getoption("nursery"),
+            check_timeout=config.getoption("check_timeout"))
     return sessions[solutions]
 
 

@@ -52,6 +52,7 @@ class GradingSession:
         speed: bool = True,
         isolate: bool = False,
         nursery: Path | None = None,
+        check_timeout: float | None = None,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -63,6 +64,7 @@ class GradingSession:
         self.isolate = isolate  # solution code runs in worker processes only (graders/isolation/worker.py)
         self.nursery = Path(nursery) if nursery else None  # where isolated workers come from, forked warm (the fleet)
         self._workers: dict[str, Any] = {}
+        self.check_timeout = check_timeout  # seconds a check may take (--check-timeout), instead of each check's own
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
@@ -107,6 +109,10 @@ class GradingSession:
         if self._full_float32:
             self._full_float32 = False
             precision.release()
+
+    def timeout(self, check: Check) -> float:
+        """Seconds `check` may take: --check-timeout where given, else the check's own."""
+        return self.check_timeout or check.timeout
 
     def check_seed(self, check: Check) -> int:
         return zlib.crc32(f"{self.seed}/{check.kata}/{check.level}/{check.name}".encode())
