@@ -24,6 +24,11 @@ def test_the_grading_backend_is_the_fleet(monkeypatch):
     assert isinstance(grading.make_grader("tcp://10.0.0.5:8786"), grading.FleetGrader)
     assert isinstance(grading.make_grader(None), grading.FleetGrader)  # the fleet's own local cluster
     assert made == [("tcp://10.0.0.5:8786", {"device": "cpu"}), (None, {"device": "cpu"})]
+    # a server that grades nothing (--grading-threads 0) starts no fleet, and says so if asked to grade
+    idle = grading.make_grader(None, grades=False)
+    assert len(made) == 2 and not isinstance(idle, grading.FleetGrader)
+    with pytest.raises(RuntimeError, match="grades nothing"):
+        idle.grade("team", {}, ["04_dce"], 1)
 
 
 

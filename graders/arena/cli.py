@@ -153,7 +153,7 @@ def serve(db: Database, args) -> int:
     from graders.arena.grading import make_grader
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = make_app(db, make_grader(args.cluster), grading_threads=args.grading_threads)
+    app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0), grading_threads=args.grading_threads)
     print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.url}).", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
     return 0

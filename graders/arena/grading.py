@@ -57,10 +57,21 @@ class FleetGrader:
         self.fleet.close()
 
 
-def make_grader(cluster: str | None) -> Grader:
+class NoGrader:
+    """The backend of a server that grades nothing (--grading-threads 0: it takes and stores submissions,
+    another server grades them): no cluster, no zygote."""
+
+    def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
+        raise RuntimeError("this server grades nothing (--grading-threads 0)")
+
+    def close(self) -> None:
+        pass
+
+
+def make_grader(cluster: str | None, *, grades: bool = True) -> Grader:
     """The grading backend: the fleet on the Dask cluster at `cluster` (tcp://HOST:8786), or on a local
-    cluster of its own when None."""
-    return FleetGrader(cluster)
+    cluster of its own when None; none when this server grades nothing."""
+    return FleetGrader(cluster) if grades else NoGrader()
 
 
 def stop_children() -> None:
