@@ -49,6 +49,9 @@ def test_stub_tree_scores_zero_and_says_where_to_start(tmp_path):
     proc = score(tmp_path, "--no-speed")
     assert proc.returncode == 0, proc.stderr
     assert "still the stub" in proc.stdout
+    # the shipped stub is reported from its bytes: no grading process started ("[1/1] ..." is one's progress)
+    assert f"{KATA}: not started (solution.py is the shipped stub; not graded)" in proc.stderr
+    assert "[1/" not in proc.stderr, proc.stderr
     assert f"Next: kata {KATA}" in proc.stdout and f"uv run pytest katas/{KATA}`" in proc.stdout
     assert "0/1 katas complete, 0/100 points" in proc.stdout
     assert "No team has been graded yet" in (tmp_path / "LEADERBOARD.md").read_text()

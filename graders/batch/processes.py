@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.batch.summary import failed_grading, summarise_phases
+from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise, summarise_phases
 from graders.batch.zygote import ForkedProcess
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.lifetimes import die_with_parent, kill_group
@@ -229,7 +229,16 @@ def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int
     levels of all katas by one process alone, so no timing shares the machine with other grading (with
     --jobs 1 or --no-speed, one pass over all levels). A kata whose process cannot vouch for it (a crash,
     a hang, tampering) is graded again in a process of its own, so what one kata's solution does costs
-    that kata only. (Organiser mode grades on the fleet instead: graders/competition/fleet.py.)"""
+    that kata only. A kata whose solution is still the shipped stub, byte for byte, is reported from its
+    bytes, not graded (every check of a stub fails): untouched katas cost nothing, and a tree of stubs
+    starts no grading process. (Organiser mode grades on the fleet instead: graders/competition/fleet.py.)"""
+    stubs = {kata: summarise(kata, stub_records(kata, [1, 2, 3, 4], speed=not args.no_speed)) for kata in katas
+             if is_shipped_stub(kata, _read(tree / kata / "solution.py"))}
+    for kata in stubs:
+        print(f"{kata}: not started (solution.py is the shipped stub; not graded)", file=sys.stderr, flush=True)
+    order, katas = list(katas), [kata for kata in katas if kata not in stubs]
+    if not katas:
+        return stubs
     phases = [(None, args.jobs)] if args.jobs == 1 or args.no_speed else [(CORRECTNESS_LEVELS, args.jobs), (SPEED_LEVELS, 1)]
     parts: dict[str, list] = {kata: [] for kata in katas}
     done, total = set(), len(parts) * len(phases)  # (kata, levels) reported so far
@@ -250,4 +259,12 @@ def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int
                 outcomes.update(run_katas([kata], tree, args, seed, levels, 1, report)[0])
         for kata, outcome in outcomes.items():
             parts[kata].append(outcome)
-    return {kata: summarise_phases(kata, outcomes) for kata, outcomes in parts.items()}
+    graded = {kata: summarise_phases(kata, outcomes) for kata, outcomes in parts.items()}
+    return {kata: stubs.get(kata) or graded[kata] for kata in order}
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
