@@ -232,7 +232,7 @@ def grade_tree(tree: Path, katas: list[str], args: argparse.Namespace, seed: int
     that kata only. A kata whose solution is still the shipped stub, byte for byte, is reported from its
     bytes, not graded (every check of a stub fails): untouched katas cost nothing, and a tree of stubs
     starts no grading process. (Organiser mode grades on the fleet instead: graders/competition/fleet.py.)"""
-    stubs = {kata: summarise(kata, stub_records(kata, [1, 2, 3, 4], speed=not args.no_speed)) for kata in katas
+    stubs = {kata: summarise(kata, stub_records(kata, None, speed=not args.no_speed)) for kata in katas
              if is_shipped_stub(kata, _read(tree / kata / "solution.py"))}
     for kata in stubs:
         print(f"{kata}: not started (solution.py is the shipped stub; not graded)", file=sys.stderr, flush=True)

@@ -7,6 +7,8 @@ May import: graders.frame.
 """
 from __future__ import annotations
 
+from functools import cache
+
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.levels import LEVELS, CheckResult, level_points
 
@@ -45,17 +47,24 @@ def failed_grading(status: str, message: str) -> dict:
             "speed_provisional": False, "message": message, "disqualified": None, "checks": []}
 
 
+@cache
+def _shipped_stub(kata: str) -> bytes | None:
+    stub = REPO_ROOT / "katas" / kata / "solution.py"
+    return stub.read_bytes() if stub.is_file() else None
+
+
 def is_shipped_stub(kata: str, source: bytes | None) -> bool:
     """Whether `source` is the kata's stub byte for byte as this project ships it (katas/NN_name/solution.py)."""
-    stub = REPO_ROOT / "katas" / kata / "solution.py"
-    return source is not None and stub.is_file() and source == stub.read_bytes()
+    return source is not None and source == _shipped_stub(kata)
 
 
-def stub_records(kata: str, levels: list[int], speed: bool = True) -> list[CheckResult]:
+def stub_records(kata: str, levels: str | None, speed: bool = True) -> list[CheckResult]:
     """The verdict on the shipped stub without grading it (nothing of it runs: every check of a stub fails
-    "still the stub", tests/test_katas.py): one failed record per level, holding the level's points; the
-    speed level's is skipped when speed is off, as a graded one would be."""
+    "still the stub", tests/test_katas.py): one failed record per level of `levels` (as a grading process
+    takes them: "1,2,4", or None for every level), holding the level's points; the speed level's is skipped
+    when speed is off, as a graded one would be."""
+    numbers = [int(level) for level in levels.split(",")] if levels else list(LEVELS)
     return [CheckResult(kata, level, "stub", False, 0.0, float(LEVELS[level].points),
                         f"{kata}/solution.py is still the stub, byte for byte as shipped: fill in its TODO(human) "
                         "parts (not graded: every check of the stub fails)", skipped=level == 3 and not speed)
-            for level in levels]
+            for level in numbers]

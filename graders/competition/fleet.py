@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise_phases
-from graders.competition.jobs import did_not_load, grade_job, make_job, speed_not_run, warm_up
+from graders.competition.jobs import PHASES, did_not_load, grade_job, make_job, speed_not_run, warm_up
 from graders.frame.levels import CheckResult
 
 
@@ -111,8 +111,12 @@ class Fleet:
         from distributed import as_completed
         from distributed.scheduler import KilledWorker
 
-        stubs = [job for job in jobs if is_shipped_stub(job.kata, job.files.get(f"{job.kata}/solution.py"))]
-        pending = {self.submit(job, seed): job for job in jobs if job not in stubs}
+        stubs, pending = [], {}
+        for job in jobs:
+            if is_shipped_stub(job.kata, job.files.get(f"{job.kata}/solution.py")):
+                stubs.append(job)
+            else:
+                pending[self.submit(job, seed)] = job
         for job in stubs:  # judged here, from the bytes alone: no grading process, no sandbox, nothing runs
             yield job, stub_result(job)
             if job.phase == "correctness" and job.speed:
@@ -186,12 +190,9 @@ class Fleet:
         self.close()
 
 
-PHASE_LEVELS = {"all": [1, 2, 3, 4], "correctness": [1, 2, 4], "speed": [3]}
-
-
 def stub_result(job: Job) -> dict:
     """A job whose file is the kata's shipped stub, judged without grading (batch.summary.stub_records)."""
-    records = stub_records(job.kata, PHASE_LEVELS[job.phase], speed=job.speed)
+    records = stub_records(job.kata, PHASES[job.phase], speed=job.speed)
     return {"records": [r.to_dict() for r in records], "machine": None, "worker": None, "seconds": 0.0}
 
 
