@@ -137,7 +137,7 @@ def test_a_threshold_without_a_calibration_record_is_provisional():
 def test_every_manifest_says_which_thresholds_were_measured_on_what_and_when():
     for name in KATAS:
         grader = load_grader(name)
-        assert "cpu" in grader.calibrated, name  # measured by bench/speed_fidelity.py (README, Grading speed)
+        assert "cpu" in grader.calibrated, name  # measured by bench/speed_fidelity.py (docs/grading.md, Grading speed)
         assert set(grader.calibrated) <= set(grader.thresholds), name
         for device, record in grader.calibrated.items():
             what, when, how_many = record.rsplit(", ", 2)

@@ -64,7 +64,7 @@ class Cluster:
                                 60, "the scheduler")
 
     def add_worker(self, name: str, root=REPO_ROOT, threads: int = 2, nanny: bool = False):
-        """`dask worker` as the README starts it, run from `root` (a clone of the project); with a nanny, a
+        """`dask worker` as docs/organisers.md starts it, run from `root` (a clone of the project); with a nanny, a
         worker process that dies is started again."""
         env = {**os.environ, "FX_KATAS_JOB_LOG": str(self.log), "PYTHONPATH": str(root),
                "FX_KATAS_MACHINE_LOCK": str(self.tmp / "machine.lock"), "FX_KATAS_LOCK_LOG": str(self.tmp / "lock.log")}
@@ -333,7 +333,7 @@ def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grad
     """Whenever ada's 04_dce is being graded, its worker process dies (SIGKILL, as the kernel's OOM killer
     would); the nanny starts it again. With the scheduler allowing one such failure, the second comes
     back as "crashed the grader" with its reason, and ada's other kata and bob's are graded as usual."""
-    # Dask charges a worker's death to every job it holds, running or queued there (README, "Faults"): one
+    # Dask charges a worker's death to every job it holds, running or queued there (docs/organisers.md, "Faults"): one
     # thread per worker, and the scheduler sends a worker no more jobs than it has threads, so the
     # culprit is the only job a killed worker holds.
     settings = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1", "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}

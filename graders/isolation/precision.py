@@ -15,7 +15,7 @@ May import: the standard library and torch (inside the functions: organiser mode
 """
 from __future__ import annotations
 
-# What the run's JSON and the README say about it.
+# What the run's JSON and docs/grading.md say about it.
 NOTE = ("full float32: TF32 off in cuBLAS and cuDNN (torch.backends.cuda.matmul.allow_tf32 = False, "
         "torch.backends.cudnn.allow_tf32 = False), torch.set_float32_matmul_precision('highest')")
 

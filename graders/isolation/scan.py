@@ -14,7 +14,7 @@ guard, and introspection is exactly what this scan looks for. It flags:
   including through a local alias (m = torch.nn; m.ReLU.forward = ...);
 - global runtime settings that change how the baseline runs too (torch.set_num_threads, ...).
 
-A finding is a sentence with a line number. The rules are public (the README lists them), so a team
+A finding is a sentence with a line number. The rules are public (docs/organisers.md lists them), so a team
 can scan its tree before submitting: `uv run graders/scan.py DIR`.
 
 May import: the standard library (it never runs what it reads).
