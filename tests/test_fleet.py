@@ -257,12 +257,14 @@ def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processe
     run = organiser.stdout.readline().split("--resume ")[1].rstrip(").\n")
     saved = tmp_path / "results" / ".runs" / run / "jobs"
     # the two stubs are saved at once (judged from their bytes); then one graded job at least
-    wait_for(lambda: len(list(saved.glob("*/*.json"))) >= 3, 300, "three saved results")
+    wait_for(lambda: len(list(saved.glob("*/[!.]*.json"))) >= 3, 300, "three saved results")
     os.killpg(organiser.pid, signal.SIGKILL)  # the organiser and the cluster in it
     organiser.wait()
     before = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "end"}
-    stored = {(path.parent.name, path.name.split(".")[0]) for path in saved.glob("*/*.json")}
+    stored = {(path.parent.name, path.name.split(".")[0]) for path in saved.glob("*/[!.]*.json")}
     assert len(stored) < len(THREE_TEAMS) * len(KATAS)
+    (saved / "ada").mkdir(exist_ok=True)
+    (saved / "ada" / ".tmp-killed.json").write_text('{"team": "ada", "kata": "05_cse", "phase": "correctness", "resu')
     log.rename(tmp_path / "jobs.before.log")
     proc, runs = score(tmp_path, subs, "--resume", run, env={"FX_KATAS_JOB_LOG": str(log)}, name="resumed")
     again = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "start"}

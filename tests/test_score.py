@@ -169,6 +169,7 @@ def test_corrupt_results_file_is_named_and_the_rest_still_ranks(tmp_path):
     (tmp_path / "evil").mkdir()
     (tmp_path / "evil" / "broken.json").write_text("{not json")
     (tmp_path / "evil" / "foreign.json").write_text(json.dumps({"hello": 1}))
+    (tmp_path / "good" / ".tmp-killed.json").write_text("{half written by a writer killed before its rename")
     problems = regenerate(tmp_path, tmp_path / "LEADERBOARD.md")
     assert len(problems) == 2 and all("evil" in p for p in problems)
     assert "| good" in (tmp_path / "LEADERBOARD.md").read_text()

@@ -87,7 +87,7 @@ def store_run(results_dir: Path, run: dict) -> Path:
 def load_runs(results_dir: Path) -> tuple[list[dict], list[str]]:
     """All valid stored runs, and one sentence per file that could not be read."""
     runs, problems = [], []
-    for path in sorted(results_dir.glob("*/*.json")):
+    for path in _json_files(results_dir):
         try:
             runs.append(validate(json.loads(path.read_text()), str(path)))
         except (OSError, json.JSONDecodeError) as exc:
@@ -133,13 +133,18 @@ class RunFolder:
 
     def saved(self) -> dict[tuple[str, str, str], dict]:
         found = {}
-        for path in sorted((self.path / "jobs").glob("*/*.json")):
+        for path in _json_files(self.path / "jobs"):
             try:
                 entry = json.loads(path.read_text())
                 found[(entry["team"], entry["kata"], entry["phase"])] = entry["result"]
             except (OSError, ValueError, KeyError):
                 continue  # half written when the organiser died: graded again
         return found
+
+
+def _json_files(folder: Path) -> list[Path]:
+    """The JSON files one level down, without the .tmp-*.json a writer killed before its os.replace leaves."""
+    return sorted(path for path in folder.glob("*/*.json") if not path.name.startswith("."))
 
 
 def _write(path: Path, data: dict) -> None:
