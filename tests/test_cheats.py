@@ -19,6 +19,7 @@ import pytest
 
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT
+from graders.isolation.guard import Guard
 from graders.isolation.scan import scan_source
 from graders.isolation.worker import sandbox_problem
 
@@ -166,6 +167,23 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
         if r["level"] == 3:
             assert r["figures"]["aten_ops_after"] == HONEST_ATEN_OPS_AFTER, r["figures"]
             assert r["figures"]["bytes_written_after"] == HONEST_BYTES_WRITTEN_AFTER, r["figures"]
+
+
+def test_the_runtime_guard_sees_a_patch_after_the_runtime_changed_a_class_itself(monkeypatch):
+    """Python's own caches (copyreg's __slotnames__, added on a deepcopy) change a class without a
+    solution: no violation, and the guard's fast pass starts from there; a patch made later, even one that
+    swaps such a name for a shadowing method (the class's size unchanged), is still named."""
+    import torch
+
+    guard = Guard()
+    monkeypatch.setattr(torch.nn.Identity, "__slotnames__", [], raising=False)
+    assert guard.violations() == []
+    monkeypatch.delattr(torch.nn.Identity, "__slotnames__")
+    monkeypatch.setattr(torch.nn.Identity, "extra_repr", lambda self: "", raising=False)
+    assert guard.violations() == ["torch.nn.Identity.extra_repr was added"]
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.nn.Identity, "forward", lambda self, x: x)
+    assert guard.violations() == ["torch.nn.Identity.forward was replaced"]
 
 
 @pytest.mark.parametrize("cheat", CASES, ids=lambda c: c.name)

@@ -9,6 +9,7 @@ import torch
 
 from graders.frame.catalogue import load_grader
 from graders.frame.levels import CheckFailed
+from graders.run.numerics import manual_seed, seeded
 from graders.run.session import GradingSession
 from graders.frame.catalogue import REPO_ROOT
 from graders.run.timing import count_cost
@@ -20,6 +21,18 @@ def session_with(tmp_path, source: str) -> GradingSession:
     (tmp_path / KATA).mkdir()
     (tmp_path / KATA / "solution.py").write_text(source)
     return GradingSession(tmp_path, seed=0, speed=False)
+
+
+def test_a_grading_seed_draws_what_torch_manual_seed_draws():
+    """On a CPU a grading seeds the CPU's generator alone (numerics.manual_seed): the same numbers."""
+    torch.manual_seed(5)
+    want = torch.randn(4)
+    manual_seed(5)
+    assert torch.equal(torch.randn(4), want)
+    outside = torch.random.get_rng_state()
+    with seeded(5):
+        assert torch.equal(torch.randn(4), want)
+    assert torch.equal(torch.random.get_rng_state(), outside)  # restored
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import timeit
+from itertools import repeat
 from pathlib import Path
 
 import torch
@@ -78,8 +79,39 @@ class Guard:
         self.namespaces = {name: dict(namespace) for name, namespace in self._live.items()}
         self.modules = {name: sys.modules[name] for name in self.namespaces if name in sys.modules}
         self.environment = {name: os.environ.get(name) for name in WATCHED_ENVIRONMENT}
+        self._settle()
+
+    _MISSING = object()
+
+    def _settle(self) -> None:
+        """Remember the namespaces as they are now, for the fast pass: what each watched name refers to and,
+        for a class, every name it has."""
+        self._settled = [(live, names, tuple(map(live.get, names, repeat(self._MISSING))),
+                          frozenset(live.keys()) if isinstance(live, type(vars(object))) else None)
+                         for live, names in ((self._live[name], tuple(before)) for name, before in self.namespaces.items())]
+
+    def _unchanged_since_settled(self) -> bool:
+        """Whether every watched name refers to the very object it did when last settled and no class gained
+        or lost a name: one pass at C speed over some 20,000 names, where the search that names what changed
+        took 5 ms (a grading asks after every check)."""
+        return all(all(map(operator.is_, map(live.get, names, repeat(self._MISSING)), values))
+                   and (keys is None or live.keys() == keys) for live, names, values, keys in self._settled)
 
     def violations(self) -> list[str]:
+        found = []
+        if not self._unchanged_since_settled():
+            found = self._namespace_violations()
+            if not found:  # what changed is the runtime's own (torch's, Python's caches): judged once, not per check
+                self._settle()
+        for name, module in self.modules.items():
+            if sys.modules.get(name) is not module:
+                found.append(f"sys.modules[{name!r}] was replaced")
+        for name, value in self.environment.items():
+            if os.environ.get(name) != value:
+                found.append(f"environment variable {name} was changed from {value!r} to {os.environ.get(name)!r}")
+        return found
+
+    def _namespace_violations(self) -> list[str]:
         found = []
         for name, before in self.namespaces.items():
             live = self._live[name]
@@ -92,12 +124,6 @@ class Guard:
                     found.append(f"{name}.{key} was replaced")
             if isinstance(live, type(vars(object))):  # a class: a new name can shadow an inherited one
                 found += [f"{name}.{key} was added" for key in live.keys() - before.keys() if key not in self.ADDED_BY_RUNTIME]
-        for name, module in self.modules.items():
-            if sys.modules.get(name) is not module:
-                found.append(f"sys.modules[{name!r}] was replaced")
-        for name, value in self.environment.items():
-            if os.environ.get(name) != value:
-                found.append(f"environment variable {name} was changed from {value!r} to {os.environ.get(name)!r}")
         return found
 
     def describe(self) -> str | None:

@@ -24,6 +24,7 @@ from graders.run.numerics import (
     cloned,
     describe_difference,
     input_sets,
+    manual_seed,
     run_module,
     seeded,
 )
@@ -38,6 +39,6 @@ __all__ = [
     "ATOL", "RTOL", "REPO_ROOT", "Called", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
     "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
-    "graph_table", "harness", "input_sets", "manifest", "measure_speedup", "nest_under", "on_device",
+    "graph_table", "harness", "input_sets", "manifest", "manual_seed", "measure_speedup", "nest_under", "on_device",
     "random_identifier", "random_identifiers", "random_path", "run_module", "seeded",
 ]

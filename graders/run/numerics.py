@@ -36,14 +36,32 @@ def cloned(inputs: tuple) -> tuple:
     return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
 
 
+def _cuda_devices() -> list[int]:
+    """The CUDA devices whose generators a seed reaches: every one once this process has initialised CUDA
+    (a CUDA grading does, as its first model moves to the device), none before. Asking
+    torch.cuda.device_count() opens NVML through ctypes on every call: a grading on a CPU would pay it
+    tens of thousands of times."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+
+
+def manual_seed(seed: int, device: torch.device | None = None) -> None:
+    """torch.manual_seed for the generators a grading on `device` uses. On a CPU, with CUDA never started,
+    only the CPU's: torch.manual_seed also queues a lazy seed, with a formatted stack, for each device kind
+    (CUDA, XPU, MTIA), which costs more than the seeding itself."""
+    if (device is not None and device.type == "cuda") or _cuda_devices():
+        torch.manual_seed(seed)  # reaches CUDA's generators, as CUDA starts if it has not yet
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
 def seeded(seed: int | None):
     """Run from a fixed generator state (restored afterwards), so random ops draw the same numbers on
     both sides; `None` changes nothing."""
     if seed is None:
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
-    stack.enter_context(torch.random.fork_rng(devices=range(torch.cuda.device_count())))
-    torch.manual_seed(seed)
+    stack.enter_context(torch.random.fork_rng(devices=_cuda_devices()))
+    manual_seed(seed)
     return stack
 
 

@@ -34,6 +34,7 @@ from graders.isolation.guard import Guard
 from graders.isolation.worker import Worker
 from graders.run.context import Context
 from graders.run.harness import execute
+from graders.run.numerics import manual_seed
 
 # After this many time-outs in one kata, its remaining checks fail at once instead of hanging too.
 MAX_TIMEOUTS_PER_KATA = 2
@@ -151,7 +152,7 @@ class GradingSession:
         context = Context(self, kata, check)
         if self._full_float32:
             precision.apply()  # whatever ran before in this process
-        torch.manual_seed(context.seed)
+        manual_seed(context.seed, self.device)
         random.seed(context.seed)
         try:
             figures = execute(check, context)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.optimization import fuse
 from torch.utils._pytree import tree_map
 
-from graders.run import Case, Program, Program2, call_module_nodes, manifest, random_identifier, random_path
+from graders.run import Case, Program, Program2, call_module_nodes, manifest, manual_seed, random_identifier, random_path
 
 MANIFEST = manifest("10_verify_harness")
 HIDDEN = MANIFEST["hidden"]  # the passes of the hidden battery, the truth about each, the hint
@@ -298,7 +298,7 @@ def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -
     """Flatten, abs or relu, 2 to 4 Linears at random nested paths each with a random activation (a residual where
     widths agree), a dead Linear or not; with `side_features` a second input and output (draw and compare all)."""
     rng = random.Random(seed)
-    torch.manual_seed(seed)
+    manual_seed(seed)
     input_op, width, layers, parts = rng.choice([torch.abs, torch.relu]), shape[0] * shape[1], [], {}
     for index in range(rng.randint(2, 4)):
         out = rng.choice([8, 12, 16, 20])
