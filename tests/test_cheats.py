@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT
 from graders.isolation.guard import Guard
+from graders.isolation.nursery import open_nursery
 from graders.isolation.scan import scan_source
 from graders.isolation.worker import sandbox_problem
 
@@ -139,24 +141,41 @@ def test_cheat_is_rejected(tmp_path, cheat):
     assert not any(r["message"].startswith("tampering") for r in results)
 
 
+@pytest.fixture(scope="module")
+def nursery(tmp_path_factory):
+    """A nursery (graders/isolation/nursery.py) over one folder, where each isolated test below writes its
+    cheat's tree: every worker is forked from it warm, as organiser mode's fleet starts a team's workers,
+    instead of each test starting a sandboxed Python that imports torch (3 s of CPU) of its own."""
+    root = tmp_path_factory.mktemp("isolated")
+    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-cheats-"))  # a Unix socket's path has 107 bytes at most
+    warm = open_nursery(root, sockets)
+    yield root, warm.socket_path
+    warm.close()
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
 @pytest.mark.parametrize("cheat", [
     pytest.param(c, id=c.name, marks=[] if c.lingers else in_process_marks(c.isolated_levels or c.levels))
     for c in CASES])
-def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat):
+def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat, nursery):
     """Isolated, the cheat's code runs only in the worker: whatever it does there, the judge grades the
     graph it sent back. Rejected at its level, or graded as the honest pass it wraps: the same aten ops
     and fresh bytes on the benchmark, never disqualified (that is the static scan's job).
 
     The judge is this test's own process, as safe as a grading process of its own since the cheat never
-    runs in it; except for the cheat that goes after the grading process's records file, which needs one."""
+    runs in it, and the worker is forked by the module's nursery, as in a competition; except for the cheat
+    that goes after the grading process's records file, which needs a grading process (`--isolate`, whose
+    workers are started one by one, as a learner's are)."""
     levels = cheat.isolated_levels or cheat.levels
     if cheat.lingers:  # what it leaves running goes after the grading process's records file
         if sandbox_problem():
             pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
         _, results = grade_cheat(tmp_path, cheat, "--isolate", levels=levels)
     else:
-        results = [r.to_dict() for r in grade(KATA, cheat_tree(tmp_path, cheat), seed=0, isolate=True,
-                                              levels=levels_of(levels))]
+        root, socket_path = nursery
+        (root / cheat.name).mkdir()
+        results = [r.to_dict() for r in grade(KATA, cheat_tree(root / cheat.name, cheat), seed=0, isolate=True,
+                                              nursery=socket_path, levels=levels_of(levels))]
     assert results and not any(r["disqualified"] or r["message"].startswith("tampering") for r in results), results
     failed = [r for r in results if not r["passed"] and not r["skipped"]]
     if cheat.isolated is not None:
