@@ -129,30 +129,41 @@ THREE_TEAMS = {"ada": {"04_dce": "reference", "05_cse": "reference"},
 STUBS = {("bob", "04_dce"), ("cy", "05_cse")}  # the shipped stubs: judged from their bytes, no job (fleet.py)
 
 
-def test_a_real_cluster_grades_every_job_once_on_both_workers(tmp_path, processes):
-    """score.py --cluster: the points a grading earns (the local cluster's run gives the same: its tests
-    are tests/test_cheats.py's organiser test and the resume test below), each job once, on both workers."""
+@pytest.mark.timing
+def test_a_real_cluster_grades_every_job_once_on_both_workers_and_times_on_the_timing_host(tmp_path, processes):
+    """score.py --cluster --timing-host w2: the points a grading earns (the local cluster's run gives the
+    same: its tests are tests/test_cheats.py's organiser test and the resume test below), each job once,
+    the correctness levels on either worker and every speed level on w2 alone, each result naming the
+    machine its speed level was timed on, and every timed stretch alone on its machine."""
     cluster = Cluster(processes, tmp_path)
     cluster.add_worker("w1")
     cluster.add_worker("w2")
     subs = submissions(tmp_path, THREE_TEAMS)
     cluster.wait_for_workers(2)
-    remote, remote_runs = score(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address, name="remote")
-    assert points(remote_runs) == {"ada": {"04_dce": 80.0, "05_cse": 80.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
-                                   "cy": {"04_dce": 80.0, "05_cse": 0.0}}, remote.stderr
+    remote, remote_runs = score(tmp_path, subs, "--seed", "7", "--cluster", cluster.address, "--timing-host", "w2",
+                                name="remote")
+    assert points(remote_runs) == {"ada": {"04_dce": 100.0, "05_cse": 100.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
+                                   "cy": {"04_dce": 100.0, "05_cse": 0.0}}, remote.stderr
     assert "ImportError: half done" in remote_runs["bob"]["katas"]["05_cse"]["message"]
-    # Both workers graded, each job once; every result names its machine.
+    # Each job once: correctness on either worker, both of them grading; every speed level on w2 alone.
+    # The shipped stubs (bob's 04_dce, cy's 05_cse) are judged from their bytes, with no job; bob's 05_cse
+    # does not load, so it gets no speed job.
     log = job_log(cluster.log)
-    assert len({entry["worker"] for entry in log}) == 2
-    assert Counter((e["team"], e["kata"]) for e in log if e["event"] == "end") == Counter(
-        {(team, kata): 1 for team in THREE_TEAMS for kata in KATAS if (team, kata) not in STUBS})
-    # every graded result names its machine; the shipped stubs (bob's 04_dce, cy's 05_cse) were judged from
-    # their bytes, with no job
+    graded = [(team, kata) for team in THREE_TEAMS for kata in KATAS if (team, kata) not in STUBS]
+    ended = Counter((e["team"], e["kata"], e["phase"]) for e in log if e["event"] == "end")
+    assert ended == Counter({**{(team, kata, "correctness"): 1 for team, kata in graded},
+                             **{(team, kata, "speed"): 1 for team, kata in graded if (team, kata) != ("bob", "05_cse")}})
+    assert len({e["worker"] for e in log if e["phase"] == "correctness"}) == 2
+    assert {e["pid"] for e in log if e["phase"] == "speed"} == {cluster.workers["w2"].pid}
+    # every graded result names its machines; the stubs none
     assert all(bool(result["machine"]) == ((team, kata) not in STUBS)
                for team, run in remote_runs.items() for kata, result in run["katas"].items())
+    assert all(remote_runs[t]["katas"][k]["machines"]["speed"]["host"] for t, k in [("ada", "04_dce"), ("ada", "05_cse")])
     assert all("still the stub" in remote_runs[team]["katas"][kata]["message"] for team, kata in STUBS)
-    assert "ada 04_dce: 80.0 points in" in remote.stderr and " on " in remote.stderr  # progress: ... on HOST
+    assert "ada 04_dce (levels 1, 2, 4): 80.0 points in" in remote.stderr and " on " in remote.stderr  # progress: ... on HOST
     assert "| ada " in (tmp_path / "LEADERBOARD.md").read_text()
+    beside, _ = lock_replay(tmp_path / "lock.log")
+    assert not beside, beside[:3]
 
 
 def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
@@ -306,29 +317,6 @@ def test_a_solution_that_hangs_loading_costs_its_kata_little_and_is_not_loaded_f
     assert [e["phase"] for e in job_log(log) if e["event"] == "start"] == ["all"]
     speed = [c for c in result["checks"] if c["level"] == 3]
     assert speed and all("timed out: importing the solution" in c["message"] for c in speed), speed
-
-
-@pytest.mark.timing
-def test_timing_host_times_every_speed_level_on_that_machine(tmp_path, processes):
-    """--timing-host w2: the correctness levels go to either worker, every speed level to w2 alone, and
-    each result names w2's machine as the one its speed level was timed on."""
-    cluster = Cluster(processes, tmp_path)
-    cluster.add_worker("w1")
-    cluster.add_worker("w2")
-    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"},
-                                  "bob": {"04_dce": "reference", "05_cse": "stub"}})
-    cluster.wait_for_workers(2)
-    proc, runs = score(tmp_path, subs, "--seed", "3", "--cluster", cluster.address, "--timing-host", "w2")
-    log = job_log(cluster.log)
-    speed = [e for e in log if e["event"] == "start" and e["phase"] == "speed"]
-    assert len(speed) == 3, speed  # bob's stub is judged from its bytes: no job, no speed job
-    assert {e["pid"] for e in speed} == {cluster.workers["w2"].pid}, speed
-    assert {e["pid"] for e in log if e["phase"] == "correctness"} <= {w.pid for w in cluster.workers.values()}
-    assert Counter(e["phase"] for e in log if e["event"] == "end")["correctness"] == 3
-    assert points(runs)["ada"] == {"04_dce": 100.0, "05_cse": 100.0}, runs["ada"]["katas"]
-    assert all(runs[t]["katas"][k]["machines"]["speed"]["host"] for t, k in [("ada", "04_dce"), ("ada", "05_cse")])
-    beside, _ = lock_replay(tmp_path / "lock.log")
-    assert not beside, beside[:3]
 
 
 def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grader_alone(tmp_path, processes):
