@@ -2,8 +2,9 @@
 implausible-speedup ceiling, or the organiser's staging of submissions; and, isolated (--isolate, as in
 organiser mode), every one is rejected or harmless: the solution runs in a worker, the judge trusts data.
 
-In process, a tampering cheat is graded in a pytest subprocess of its own (it patches the process it runs
-in), the others in the test's process. Isolated, the judge is the test's process (see
+In process, a tampering cheat is graded in a grading process of its own, forked by the zygote as in
+organiser mode (it patches the process it runs in), the others in the test's process. Isolated, the
+judge is the test's process and the workers come from one nursery (see
 test_isolated_cheat_is_rejected_or_harmless).
 """
 import json
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from graders.batch.zygote import ForkedProcess
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT
 from graders.isolation.guard import Guard
@@ -95,18 +97,26 @@ def cheat_tree(tmp_path: Path, cheat: Cheat) -> Path:
     return tmp_path
 
 
-def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """The cheat graded by `pytest katas/03_conv_bn` in a process of its own: its records and the process."""
+@dataclass
+class Graded:
+    returncode: int
+    output: str  # the grading process's stdout and stderr
+
+
+def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -> tuple[Graded, list[dict]]:
+    """The cheat graded by `pytest katas/03_conv_bn` in a grading process of its own, forked by the zygote
+    as organiser mode's grading processes are (graders/batch/zygote.py): its records and its exit."""
     cheat_tree(tmp_path, cheat)
-    records = tmp_path / "records.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", f"katas/{KATA}", "-p", "no:cacheprovider", "--solutions", str(tmp_path),
-         "--seed", "0", "--levels", levels or cheat.levels, "--results-json", str(records), *options],
-        cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
-    assert records.exists(), proc.stdout + proc.stderr
+    records, output = tmp_path / "records.json", tmp_path / "output.txt"
+    process = ForkedProcess([f"katas/{KATA}", "-p", "no:cacheprovider", "--solutions", str(tmp_path), "--seed", "0",
+                             "--levels", levels or cheat.levels, "--results-json", str(records), *options],
+                            output, {**os.environ, "OMP_NUM_THREADS": "1"}, memory_gb=8.0)
+    returncode = process.wait(timeout=600)
+    graded = Graded(returncode, output.read_text())
+    assert records.exists(), graded.output
     if cheat.lingers:
         time.sleep(1.0)  # time enough for what the cheat left running to rewrite the records
-    return proc, json.loads(records.read_text())["results"]
+    return graded, json.loads(records.read_text())["results"]
 
 
 def test_every_cheat_file_has_a_case():
@@ -129,10 +139,10 @@ def test_cheat_is_rejected(tmp_path, cheat):
     every record it disqualifies. The others are graded here, as any solution is."""
     if cheat.caught_at is None:
         proc, results = grade_cheat(tmp_path, cheat)
-        assert proc.returncode == 1, proc.stdout
+        assert proc.returncode == 1, proc.output
         assert results and all(r["disqualified"] and not r["passed"] and r["points"] == 0 for r in results), results
         assert all(r["message"].startswith("tampering:") and cheat.says in r["message"] for r in results), results
-        assert "DISQUALIFIED" in proc.stdout
+        assert "DISQUALIFIED" in proc.output
         return
     results = [r.to_dict() for r in grade(KATA, cheat_tree(tmp_path, cheat), seed=0, levels=levels_of(cheat.levels))]
     failed = [r for r in results if not r["passed"]]
