@@ -3,12 +3,15 @@
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.
 """
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.isolation.nursery import open_nursery
 from graders.isolation.worker import Worker, WorkerFailed, sandbox_problem
 
 KATA = "03_conv_bn"
@@ -83,6 +86,40 @@ def test_the_sandbox_shows_only_the_solution_and_the_libraries(tmp_path):
             "    raise RuntimeError(f'seen: {seen}')\n")
     message = first_message(tmp_path, body)
     assert message.startswith("fuse_conv_bn raised RuntimeError: seen: []"), message
+
+
+ENVIRONMENT_READER = """import os
+
+def fuse_conv_bn(gm):
+    texts = {}
+    for pid in ("1", "self", str(os.getppid())):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                texts[pid] = f.read()
+        except OSError:
+            texts[pid] = b""
+    raise RuntimeError(f"the secret in: {sorted(pid for pid, text in texts.items() if b'FX_KATAS_TEST_SECRET' in text)}")
+"""
+
+
+@pytest.mark.skipif(bool(sandbox_problem()), reason=f"no sandbox on this machine: {sandbox_problem()}")
+def test_the_judges_environment_cannot_be_read_in_the_sandbox(tmp_path, monkeypatch):
+    """Not through /proc/1/environ (bubblewrap itself, process 1 of the sandbox), the worker's own or its
+    parent's: neither for a worker started alone (--isolate) nor for one a nursery forked (a competition,
+    where the judge's environment is the Dask worker's)."""
+    monkeypatch.setenv("FX_KATAS_TEST_SECRET", "the organiser's")
+    clean = "fuse_conv_bn raised RuntimeError: the secret in: [] "
+    assert first_message(tmp_path / "alone", ENVIRONMENT_READER).startswith(clean)
+    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-worker-"))
+    warm = open_nursery(tmp_path, sockets)
+    try:
+        results = grade(KATA, tree(tmp_path / "forked", ENVIRONMENT_READER), levels=(1,), isolate=True, seed=0,
+                        nursery=warm.socket_path)
+    finally:
+        warm.close()
+        shutil.rmtree(sockets, ignore_errors=True)
+    message = next(r.message for r in results if r.check == "single_pair")
+    assert message.startswith(clean), message
 
 
 @pytest.mark.locks_per_check  # grades in process: tests/conftest.py

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graders.frame.lifetimes import kill_group
-from graders.isolation.sandbox import REPO_ROOT, Limits, bwrap, limited, sandbox_arguments
+from graders.isolation.sandbox import Limits, bwrap, limited, sandbox_arguments, starting_environment
 
 
 def _child(connection: socket.socket, request: dict, limits: Limits, others: list[int]) -> None:
@@ -189,7 +189,7 @@ def open_nursery(solutions: Path, sockets: Path, limits: Limits = Limits()) -> N
         command = [binary, *sandbox_arguments([solutions]), "--bind", str(sockets), str(sockets), *command]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                                close_fds=True, cwd="/tmp" if os.path.isdir("/tmp") else None,
-                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                               env=starting_environment(binary is not None))
     if process.stdout.readline() != b"ready\n":
         process.kill()
         process.wait()

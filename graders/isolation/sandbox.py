@@ -47,6 +47,14 @@ def sandbox_problem() -> str | None:
             "competitions on a machine where `bwrap --unshare-all --ro-bind / / true` works.")
 
 
+def starting_environment(sandboxed: bool) -> dict[str, str]:
+    """The environment to start a worker (or a nursery) in. Sandboxed, none: bubblewrap runs as the
+    sandbox's process 1, and its environment is /proc/1/environ to whatever runs inside (the judge's or
+    the Dask worker's variables, values and all); what the worker needs, `sandbox_arguments` sets with
+    --setenv after --clearenv. Plain, the judge's own, with the project on PYTHONPATH."""
+    return {} if sandboxed else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
 def sandbox_arguments(readable: list[Path]) -> list[str]:
     arguments = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",

@@ -31,7 +31,8 @@ from graders.frame.solution import Called, missing_solution
 from graders.isolation import records
 from graders.isolation.channel import dumps_request, read_frame, write_frame
 from graders.isolation.nursery import connect as nursery_connect
-from graders.isolation.sandbox import REPO_ROOT, Limits, bwrap, limited, sandbox_arguments, sandbox_problem
+from graders.isolation.sandbox import (Limits, bwrap, limited, sandbox_arguments, sandbox_problem,
+                                       starting_environment)
 
 __all__ = ["Channel", "Limits", "Worker", "WorkerFailed", "kill", "launch", "sandbox_problem"]
 
@@ -61,7 +62,7 @@ def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits =
         command = [binary, *sandbox_arguments([solution_path.parent]), *command]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                cwd="/tmp" if os.path.isdir("/tmp") else None,
-                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
+                               env=starting_environment(binary is not None), start_new_session=True,
                                close_fds=True, preexec_fn=limited(limits))
     return Channel(process.pid, process.stdin.fileno(), process.stdout.fileno(), process)
 
