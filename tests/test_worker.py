@@ -122,6 +122,37 @@ def test_the_judges_environment_cannot_be_read_in_the_sandbox(tmp_path, monkeypa
     assert message.startswith(clean), message
 
 
+MAPS_FOUR_AND_A_HALF_GIB = """import mmap
+
+def fuse_conv_bn(gm):
+    try:
+        mmap.mmap(-1, 9 * 2**29)  # address space only: nothing is touched
+    except OSError as exc:
+        raise RuntimeError(f"refused: {exc.strerror}")
+    raise RuntimeError("mapped")
+"""
+
+
+def test_the_kata_memory_cap_reaches_the_worker(tmp_path):
+    """score.py's --kata-memory caps a worker's address space too (--worker-memory in the grading process),
+    whether the judge starts it (--isolate) or the team's nursery on a fleet machine forks it; under the
+    default 8 GB the same 4.5 GiB map succeeds. (Before, a grading process capped below 8 GB could not
+    start a worker at all, and a nursery's workers kept 8 GB whatever the organiser asked.)"""
+    from graders.competition.nurseries import team_nursery
+
+    def message(tree_path, **options):
+        results = grade(KATA, tree_path, levels=(1,), isolate=True, seed=0, **options)
+        return next(r.message for r in results if r.check == "single_pair")
+
+    alone = tree(tmp_path / "alone", MAPS_FOUR_AND_A_HALF_GIB)
+    assert message(alone).startswith("fuse_conv_bn raised RuntimeError: mapped ")
+    assert message(alone, worker_memory=4.0).startswith("fuse_conv_bn raised RuntimeError: refused: Cannot allocate memory")
+    with team_nursery("team\0tree", KATA, MAPS_FOUR_AND_A_HALF_GIB.encode(), memory_gb=4.0) as (staged, socket_path):
+        assert socket_path is not None
+        assert message(staged, nursery=socket_path).startswith(
+            "fuse_conv_bn raised RuntimeError: refused: Cannot allocate memory")
+
+
 @pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 @pytest.mark.parametrize("kata", ["01_linear_relu", "03_conv_bn", "10_verify_harness"])
 def test_the_reference_earns_the_same_verdicts_isolated(kata):

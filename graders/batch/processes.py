@@ -151,6 +151,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
         options += ["--isolate"] if args.isolate else []
         options += ["--levels", levels] if levels else []
         options += ["--check-timeout", str(args.check_timeout)] if getattr(args, "check_timeout", None) else []
+        options += ["--worker-memory", str(args.kata_memory)] if args.isolate else []  # the worker's cap: the kata's
         options += ["--machine-lock", str(args.machine_lock)] if getattr(args, "machine_lock", None) else []
         options += ["--nursery", str(args.nursery)] if getattr(args, "nursery", None) else []
         running, env = [], dict(os.environ)

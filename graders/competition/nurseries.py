@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.frame.machinelock import MachineLock, default_path
-from graders.isolation.nursery import Nursery, open_nursery
+from graders.isolation.nursery import Limits, Nursery, open_nursery
 
 IDLE_SECONDS, KEEP_IDLE = 60.0, 2
 
@@ -79,10 +79,10 @@ def _sockets_folder():
     return sockets, claim
 
 
-def _start(solutions: Path, sockets: Path) -> Nursery:
+def _start(solutions: Path, sockets: Path, limits: Limits) -> Nursery:
     """A nursery loads torch and the katas' models (2 s of CPU): grading work, held off timings like any other."""
     with MachineLock(default_path()).hold(exclusive=False):
-        return open_nursery(solutions, sockets)
+        return open_nursery(solutions, sockets, limits)
 
 
 def _usable(team: _Team) -> bool:
@@ -92,9 +92,10 @@ def _usable(team: _Team) -> bool:
 
 
 @contextmanager
-def team_nursery(key: str, kata: str, source: bytes | None):
+def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = 8.0):
     """This team's solutions folder (with `source` staged as kata's solution file) and its nursery's socket
-    (None if it could not start: the judge then starts each worker itself), for one job."""
+    (None if it could not start: the judge then starts each worker itself), for one job; each worker the
+    nursery forks may take `memory_gb` of address space (the organiser's --kata-memory)."""
     stale = None
     with _lock:
         team = _teams.get(key)
@@ -103,7 +104,7 @@ def team_nursery(key: str, kata: str, source: bytes | None):
         if team is None:
             solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
             sockets, claim = _sockets_folder()
-            team = _teams[key] = _Team(solutions, sockets, claim, _starter.submit(_start, solutions, sockets))
+            team = _teams[key] = _Team(solutions, sockets, claim, _starter.submit(_start, solutions, sockets, Limits(memory_gb=memory_gb)))
         team.users += 1
     if stale is not None:
         _close(stale)

@@ -47,6 +47,9 @@ def pytest_addoption(parser):
                          "(always on in score.py --submissions; print() still shows, breakpoint() does not work)")
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
+    group.addoption("--worker-memory", type=float, default=8.0, metavar="GB",
+                    help="with --isolate, the address space each worker process may take (score.py passes its "
+                         "--kata-memory; default 8)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
     group.addoption("--claims", default=None, metavar="DIR",
                     help="(score.py) grading processes that share DIR share out the katas: each grades the next "
@@ -155,7 +158,7 @@ def kata_session(request) -> GradingSession:
             solutions, seed=config.stash[_SEED], device=config.getoption("device"),
             threads=config.getoption("threads"), speed=not config.getoption("no_speed"),
             isolate=config.getoption("isolate"), nursery=config.getoption("nursery"),
-            check_timeout=config.getoption("check_timeout"))
+            check_timeout=config.getoption("check_timeout"), worker_memory=config.getoption("worker_memory"))
     return sessions[solutions]
 
 

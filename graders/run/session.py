@@ -31,7 +31,7 @@ from graders.frame.levels import CheckFailed, CheckResult, resolve_seed
 from graders.frame.solution import describe_exception, is_timeout, load_solution
 from graders.isolation import precision
 from graders.isolation.guard import Guard
-from graders.isolation.worker import Worker
+from graders.isolation.worker import Limits, Worker
 from graders.run.context import Context
 from graders.run.harness import execute
 from graders.run.numerics import manual_seed
@@ -54,6 +54,7 @@ class GradingSession:
         isolate: bool = False,
         nursery: Path | None = None,
         check_timeout: float | None = None,
+        worker_memory: float = 8.0,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -66,6 +67,7 @@ class GradingSession:
         self.nursery = Path(nursery) if nursery else None  # where isolated workers come from, forked warm (the fleet)
         self._workers: dict[str, Any] = {}
         self.check_timeout = check_timeout  # seconds a check may take (--check-timeout), instead of each check's own
+        self.worker_memory = worker_memory  # GB of address space a worker started here may take (a nursery's sets its own)
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
@@ -99,7 +101,8 @@ class GradingSession:
     def worker(self, kata: str):
         """The worker process that runs this tree's solution of `kata` (isolated grading)."""
         if kata not in self._workers:
-            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads, nursery=self.nursery)
+            self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads, nursery=self.nursery,
+                                         limits=Limits(memory_gb=self.worker_memory))
         return self._workers[kata]
 
     def close(self) -> None:
