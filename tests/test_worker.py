@@ -3,16 +3,14 @@
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.
 """
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT, load_grader
-from graders.isolation.nursery import open_nursery
-from graders.isolation.worker import Worker, WorkerFailed, sandbox_problem
+from graders.competition.nurseries import close_all, team_nursery
+from graders.isolation.worker import Limits, Worker, WorkerFailed, sandbox_problem
 
 KATA = "03_conv_bn"
 PREAMBLE = "import torch\nimport torch.fx as fx\nimport torch.nn as nn\n\n"
@@ -24,9 +22,25 @@ def tree(tmp_path: Path, body: str, kata: str = KATA) -> Path:
     return tmp_path
 
 
-def first_message(tmp_path: Path, body: str, check: str = "single_pair") -> str:
-    results = grade(KATA, tree(tmp_path, body), levels=(1,), isolate=True, seed=0)
+def verdict(solutions: Path, check: str = "single_pair", **options) -> str:
+    """The message of `check` (level 1), graded isolated from the tree at `solutions`."""
+    results = grade(KATA, solutions, levels=(1,), isolate=True, seed=0, **options)
     return next(r.message for r in results if r.check == check)
+
+
+def first_message(tmp_path: Path, body: str, check: str = "single_pair") -> str:
+    return verdict(tree(tmp_path, body), check)
+
+
+def nursery_verdict(body: str, memory_gb: float = Limits.memory_gb) -> str:
+    """The level-1 message for `body` as a fleet machine grades it: staged as a team's file, its worker forked
+    by the team's nursery (graders/competition/nurseries.py), which is closed afterwards."""
+    try:
+        with team_nursery("tests\0test_worker", KATA, body.encode(), memory_gb) as (staged, socket_path):
+            assert socket_path is not None, "the team's nursery did not start"
+            return verdict(staged, nursery=socket_path)
+    finally:
+        close_all()
 
 
 def test_a_stub_reads_as_in_process(tmp_path):
@@ -109,17 +123,8 @@ def test_the_judges_environment_cannot_be_read_in_the_sandbox(tmp_path, monkeypa
     where the judge's environment is the Dask worker's)."""
     monkeypatch.setenv("FX_KATAS_TEST_SECRET", "the organiser's")
     clean = "fuse_conv_bn raised RuntimeError: the secret in: [] "
-    assert first_message(tmp_path / "alone", ENVIRONMENT_READER).startswith(clean)
-    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-worker-"))
-    warm = open_nursery(tmp_path, sockets)
-    try:
-        results = grade(KATA, tree(tmp_path / "forked", ENVIRONMENT_READER), levels=(1,), isolate=True, seed=0,
-                        nursery=warm.socket_path)
-    finally:
-        warm.close()
-        shutil.rmtree(sockets, ignore_errors=True)
-    message = next(r.message for r in results if r.check == "single_pair")
-    assert message.startswith(clean), message
+    assert first_message(tmp_path, ENVIRONMENT_READER).startswith(clean)
+    assert nursery_verdict(ENVIRONMENT_READER).startswith(clean)
 
 
 MAPS_FOUR_AND_A_HALF_GIB = """import mmap
@@ -138,19 +143,11 @@ def test_the_kata_memory_cap_reaches_the_worker(tmp_path):
     whether the judge starts it (--isolate) or the team's nursery on a fleet machine forks it; under the
     default 8 GB the same 4.5 GiB map succeeds. (Before, a grading process capped below 8 GB could not
     start a worker at all, and a nursery's workers kept 8 GB whatever the organiser asked.)"""
-    from graders.competition.nurseries import team_nursery
-
-    def message(tree_path, **options):
-        results = grade(KATA, tree_path, levels=(1,), isolate=True, seed=0, **options)
-        return next(r.message for r in results if r.check == "single_pair")
-
-    alone = tree(tmp_path / "alone", MAPS_FOUR_AND_A_HALF_GIB)
-    assert message(alone).startswith("fuse_conv_bn raised RuntimeError: mapped ")
-    assert message(alone, worker_memory=4.0).startswith("fuse_conv_bn raised RuntimeError: refused: Cannot allocate memory")
-    with team_nursery("team\0tree", KATA, MAPS_FOUR_AND_A_HALF_GIB.encode(), memory_gb=4.0) as (staged, socket_path):
-        assert socket_path is not None
-        assert message(staged, nursery=socket_path).startswith(
-            "fuse_conv_bn raised RuntimeError: refused: Cannot allocate memory")
+    refused = "fuse_conv_bn raised RuntimeError: refused: Cannot allocate memory"
+    alone = tree(tmp_path, MAPS_FOUR_AND_A_HALF_GIB)
+    assert verdict(alone).startswith("fuse_conv_bn raised RuntimeError: mapped ")
+    assert verdict(alone, worker_memory=4.0).startswith(refused)
+    assert nursery_verdict(MAPS_FOUR_AND_A_HALF_GIB, memory_gb=4.0).startswith(refused)
 
 
 @pytest.mark.locks_per_check  # grades in process: tests/conftest.py

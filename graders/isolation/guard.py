@@ -86,9 +86,11 @@ class Guard:
     def _settle(self) -> None:
         """Remember the namespaces as they are now, for the fast pass: what each watched name refers to and,
         for a class, every name it has."""
-        self._settled = [(live, names, tuple(map(live.get, names, repeat(self._MISSING))),
-                          frozenset(live.keys()) if isinstance(live, type(vars(object))) else None)
-                         for live, names in ((self._live[name], tuple(before)) for name, before in self.namespaces.items())]
+        self._settled = []
+        for name, before in self.namespaces.items():
+            live, names = self._live[name], tuple(before)
+            keys = frozenset(live.keys()) if isinstance(live, type(vars(object))) else None
+            self._settled.append((live, names, tuple(map(live.get, names, repeat(self._MISSING))), keys))
 
     def _unchanged_since_settled(self) -> bool:
         """Whether every watched name refers to the very object it did when last settled and no class gained

@@ -47,7 +47,7 @@ def pytest_addoption(parser):
                          "(always on in score.py --submissions; print() still shows, breakpoint() does not work)")
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
-    group.addoption("--worker-memory", type=float, default=8.0, metavar="GB",
+    group.addoption("--worker-memory", type=float, default=None, metavar="GB",
                     help="with --isolate, the address space each worker process may take (score.py passes its "
                          "--kata-memory; default 8)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")

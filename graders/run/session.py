@@ -54,7 +54,7 @@ class GradingSession:
         isolate: bool = False,
         nursery: Path | None = None,
         check_timeout: float | None = None,
-        worker_memory: float = 8.0,
+        worker_memory: float | None = None,
     ):
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device on this machine.")
@@ -67,7 +67,8 @@ class GradingSession:
         self.nursery = Path(nursery) if nursery else None  # where isolated workers come from, forked warm (the fleet)
         self._workers: dict[str, Any] = {}
         self.check_timeout = check_timeout  # seconds a check may take (--check-timeout), instead of each check's own
-        self.worker_memory = worker_memory  # GB of address space a worker started here may take (a nursery's sets its own)
+        # what a worker started here may take (--worker-memory GB; a nursery's workers get the nursery's)
+        self.worker_limits = Limits() if worker_memory is None else Limits(memory_gb=worker_memory)
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
@@ -102,7 +103,7 @@ class GradingSession:
         """The worker process that runs this tree's solution of `kata` (isolated grading)."""
         if kata not in self._workers:
             self._workers[kata] = Worker(self.solution_path(kata), kata, threads=self.threads, nursery=self.nursery,
-                                         limits=Limits(memory_gb=self.worker_memory))
+                                         limits=self.worker_limits)
         return self._workers[kata]
 
     def close(self) -> None:
