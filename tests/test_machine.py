@@ -76,6 +76,37 @@ def test_a_forked_grading_process_grades_as_a_started_one(tmp_path):
     assert round(sum(r.points for r in forked["05_cse"]), 6) == 80.0
 
 
+PROBE = """
+import os
+import sys
+from pathlib import Path
+
+from graders.frame.catalogue import REPO_ROOT
+from graders.run.session import grade
+
+
+def test_probe():
+    before = set(sys.modules)
+    results = grade("05_cse", REPO_ROOT / "reference", levels=(1, 2, 4), seed=1)
+    assert results and all(r.passed for r in results), [r.message for r in results if not r.passed]
+    Path(os.environ["PROBE_OUT"]).write_text("\\n".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_a_forked_grading_process_imports_nothing_the_zygote_could_have(tmp_path):
+    """The zygote pays torch's lazy first uses once (graders/batch/zygote.py): a grading in a forked process
+    imports no module but the solution's (before, the first comparison imported torch.distributed.tensor,
+    sympy and 500 more: 1.4 s of CPU in each grading process)."""
+    from graders.batch.zygote import ForkedProcess
+
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    out = tmp_path / "imported.txt"
+    process = ForkedProcess(["-q", "-p", "no:cacheprovider", str(tmp_path / "test_probe.py")], tmp_path / "log.txt",
+                            {**os.environ, "PROBE_OUT": str(out)}, 8.0)
+    assert process.wait(120) == 0, (tmp_path / "log.txt").read_text()
+    assert [name for name in out.read_text().split() if not name.startswith("kata_solution_")] == []
+
+
 def workers(tree: Path) -> list[int]:
     """The pids of the sandboxed worker processes running a solution of `tree`."""
     found = subprocess.run(["pgrep", "-f", f"graders.isolation.serve {tree}"], capture_output=True, text=True).stdout
