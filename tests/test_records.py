@@ -259,10 +259,36 @@ def test_the_judge_refuses_getattr_of_anything_but_tensor_data_attributes():
     ("x", "target", "x=__import__('os').system('true')"),
     ("fc1", "target", 'fc1"); __import__("os").system("true"); ("'),
     ("view", "name", "view = __import__('os')"),
+    ("fc1", "target", "fc1\\"),  # fx would write getattr(self, "fc1\"): the quote escaped
+    ("fc1", "target", "fc1\nimport os"),
 ])
 def test_the_judge_refuses_names_that_would_inject_code(name, field, value):
     with pytest.raises(RecordError):
         rebuild(crafted(lambda nodes: node(nodes, name).update({field: value})))
+
+
+@pytest.mark.parametrize("name", ["0_relu", "layer 1", "fusé", "7"])
+def test_a_submodule_name_that_add_module_takes_travels(name):
+    """A pass may install a module under any name add_module takes (PyTorch's own passes do, and kata 01's
+    README allows a new name): torch.fx writes getattr(self, "0_relu") for one that is no identifier."""
+    root = nn.Module()
+    root.add_module(name, nn.Linear(4, 4))
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    bias = graph.get_attr(f"{name}.bias")
+    graph.output(graph.call_function(operator.add, (graph.call_module(name, (x,)), bias)))
+    rebuilt = round_trip(fx.GraphModule(root, graph), torch.randn(2, 4))
+    assert list(dict(rebuilt.named_children())) == [name]
+
+
+def test_a_name_fx_cannot_write_is_refused_with_the_rule():
+    root = nn.Module()
+    root.add_module("fc\\1", nn.Linear(4, 4))  # fx writes getattr(self, "fc\1"): chr(1) in the code it runs
+    graph = fx.Graph()
+    graph.output(graph.call_module("fc\\1", (graph.placeholder("x"),)))
+    with pytest.raises(RecordError, match=r"names 'fc\\\\1', which cannot be sent: a submodule's or attribute's name "
+                                          r"may be anything add_module takes .* but quotes, backslashes"):
+        record(fx.GraphModule(root, graph))
 
 
 def spoof_helper(tree, blob):
@@ -278,6 +304,8 @@ def spoof_helper(tree, blob):
      "module fc1 is a Tensor, not one of SAFE_MODULES"),
     (lambda tree, blob: tree["children"].pop("fc1"), "the graph does not rebuild: AttributeError"),
     (lambda tree, blob: tree["children"].update(forward=tree["children"].pop("fc2")), "attribute 'forward'"),
+    (lambda tree, blob: tree["children"].update({'fc2"': tree["children"].pop("fc2")}),
+     "names an attribute 'fc2\"', which a module cannot hold: a submodule's"),
     (lambda tree, blob: tree["graph"]["nodes"][2]["args"].__setitem__(0, {"node": "add"}),
      "node 'relu' .* refers to node 'add', which is not defined before it"),
     (lambda tree, blob: tree["graph"]["nodes"][2]["args"].append({"code": "os"}), "unknown kind 'code'"),

@@ -19,6 +19,7 @@ from graders.isolation.records.rules import (
     CONTAINERS,
     FORMAT,
     LIBRARY_ROOTS,
+    NAME_RULE,
     PATH,
     QUALNAME_PART,
     RESERVED,
@@ -26,6 +27,7 @@ from graders.isolation.records.rules import (
     VALUES_FORMAT,
     RecordError,
     allowed_function,
+    attribute_name,
     check_node,
     located,
     travels_whole,
@@ -114,8 +116,9 @@ def _rebuild_graph(record: dict, helpers: dict[str, Callable], tensors: list, wh
 
 
 def _attribute_name(name, where: str) -> str:
-    if not (isinstance(name, str) and PATH.fullmatch(name) and name not in RESERVED):
-        raise RecordError(f"{where}the record names an attribute {name!r:.80}, which a module cannot hold")
+    if not (attribute_name(name) and name not in RESERVED):
+        raise RecordError(f"{where}the record names an attribute {name!r:.80}, which a module cannot hold: "
+                          f"{NAME_RULE}, and none of nn.Module's own")
     return name
 
 

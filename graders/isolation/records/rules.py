@@ -66,11 +66,21 @@ TENSOR_ATTRIBUTES = frozenset(
 LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}
 
 OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
-PATH = re.compile(r"[A-Za-z_]\w*|\d+")                            # one step of a dotted module path
+PATH = re.compile(r"[A-Za-z_]\w*|\d+")                            # one step of a dotted Python module path
 PLACEHOLDER = re.compile(r"\*{0,2}[A-Za-z_]\w*")                  # `x`, `*args`, `**kwargs`
 QUALNAME_PART = re.compile(r"[A-Za-z_]\w*|<locals>|<lambda>")
 # Attribute names a record may not install: nn.Module's and GraphModule's own machinery.
 RESERVED = frozenset(dir(fx.GraphModule)) | frozenset(vars(nn.Module()))
+NAME_RULE = ("a submodule's or attribute's name may be anything add_module takes (not empty, no '.') but quotes, "
+             "backslashes and unprintable characters: torch.fx writes a name that is no identifier into the code it "
+             "generates, as getattr(self, \"NAME\")")
+
+
+def attribute_name(step: str) -> bool:
+    """Whether `step` may name a submodule, parameter or buffer (one step of a call_module or get_attr target):
+    every name nn.Module.add_module takes, as PyTorch's passes may install (`0_relu`, `layer 1`), less those
+    that would break the code torch.fx generates (it writes getattr(self, "NAME") unescaped)."""
+    return isinstance(step, str) and bool(step) and step.isprintable() and not any(c in step for c in ".\"'\\")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -183,8 +193,8 @@ def check_node(op: str, name: str, target, args: list, helpers: set, where: str)
                               "data attributes (shape, dtype, device, ...) may be read")
     elif op == "call_method" and not allowed_method(target):
         raise RecordError(f"{node} calls method {target!r}, which is not an allowed Tensor method")
-    elif op in ("call_module", "get_attr") and not all(PATH.fullmatch(p) for p in target.split(".")):
-        raise RecordError(f"{node} names {target!r:.80}, which is not a dotted attribute path")
+    elif op in ("call_module", "get_attr") and not all(map(attribute_name, target.split("."))):
+        raise RecordError(f"{node} names {target!r:.80}, which cannot be sent: {NAME_RULE}")
     elif op == "placeholder" and not (PLACEHOLDER.fullmatch(target)
                                       and not keyword.iskeyword(target.lstrip("*"))):
         raise RecordError(f"{node} has the argument name {target!r:.80}, which is not a Python identifier")

@@ -32,6 +32,22 @@ MUTANTS = [
            "            linear_node = linear_node.args[0]\n", caught_at=2),
     Mutant("fuses_linear_with_another_user", "        if len(linear_node.users) != 1:", "        if False:",
            caught_at=2),
+    # "relu_ overwrites the Linear's output, so its other readers see the ReLU's values anyway": not those that
+    # read it before the ReLU ran.
+    Mutant("absorbs_readers_of_an_inplace_relu",
+           "        if len(linear_node.users) != 1:        # another user needs the values before the ReLU\n",
+           "        if len(linear_node.users) != 1 and relu_node.target in (torch.relu_, \"relu_\") \\\n"
+           "                and calls[linear_node.target] == 1:  # in place: every reader sees the ReLU's values\n"
+           "            gm.set_submodule(linear_node.target, FusedLinearReLU(modules[linear_node.target]))\n"
+           "            with gm.graph.inserting_before(linear_node):\n"
+           "                fused_node = gm.graph.call_module(linear_node.target, linear_node.args, linear_node.kwargs)\n"
+           "            relu_node.replace_all_uses_with(fused_node)\n"
+           "            gm.graph.erase_node(relu_node)\n"
+           "            linear_node.replace_all_uses_with(fused_node)\n"
+           "            gm.graph.erase_node(linear_node)\n"
+           "            continue\n"
+           "        if len(linear_node.users) != 1:        # another user needs the values before the ReLU\n",
+           caught_at=2),
     Mutant("fuses_at_shared_linear_module", "        if calls[linear_node.target] != 1:", "        if False:",
            caught_at=2),
     Mutant("deletes_the_relu_module", REWIRE,
@@ -84,6 +100,14 @@ VARIANTS = [
     Variant("installs_under_a_new_name", INSTALL + "        with gm.graph.inserting_before(relu_node):\n"
             "            fused_node = gm.graph.call_module(linear_node.target,",
             '        fused_name = linear_node.target + "_relu"  # the unused Linear goes at the end\n'
+            "        gm.add_submodule(fused_name, FusedLinearReLU(modules[linear_node.target]))\n"
+            "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(fused_name,"),
+    # A name that is no Python identifier (`0_relu`, `layers.1 fused`): add_submodule takes it, torch.fx
+    # writes getattr(self, "0_relu") for it, and the judge must take it too.
+    Variant("installs_under_a_name_that_is_no_identifier", INSTALL + "        with gm.graph.inserting_before(relu_node):\n"
+            "            fused_node = gm.graph.call_module(linear_node.target,",
+            '        fused_name = f"{len(gm.graph.nodes)}_relu {linear_node.target}"\n'
             "        gm.add_submodule(fused_name, FusedLinearReLU(modules[linear_node.target]))\n"
             "        with gm.graph.inserting_before(relu_node):\n"
             "            fused_node = gm.graph.call_module(fused_name,"),
