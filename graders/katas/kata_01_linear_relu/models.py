@@ -136,6 +136,12 @@ EXACT_CASES: dict[str, Case] = {
                             "between them zeroes a random part of its input.", mode="train", rng=True),
     "linear_output_used_twice": case(one_block("torch_relu", "linear_output_used_twice", fout=10), (10,), 0,
                                      "the Linear's output has a second user that needs the values before the ReLU."),
+    # In place, y.relu_() overwrites the Linear's output, but the sigmoid read it before: it needs the values
+    # before the ReLU just the same.
+    "linear_output_used_twice_inplace": case(one_block("method_relu_inplace", "linear_output_used_twice", fout=10),
+                                             (10,), 0, "the Linear's output has a second user: y.relu_() overwrites "
+                                             "y in place, but the sigmoid read it before, so it needs the values "
+                                             "before the ReLU (after a fusion it would read the ReLU's)."),
     "linear_module_shared": case(one_block("torch_relu", "linear_module_shared", fin=8, fout=8), (8,), None,
                                  "the Linear module is called at two sites: whatever you install under its name "
                                  "runs at both."),
