@@ -77,6 +77,20 @@ def branch_and_join(m, x, y):
     left, right = torch.relu(h).sigmoid(), torch.tanh(h) * 3
     return (left + right).exp()                 # two chains reach the add: its first input continues
 
+def join_first_input_started_later(m, x, y):
+    right = torch.tanh(x) * 3                   # this chain starts first...
+    left = torch.relu(y).sigmoid()
+    return (left + right).exp()                 # ...but the add's first input is left: left's chain continues
+
+def look_alikes_break(m, x, y):
+    h = torch.clamp(x * 2 + 1, min=0.1)         # clamp, sqrt and gelu act elementwise, but are not among the ten
+    h = torch.sqrt(h).mul(3).sub(1)
+    return F.gelu(h.relu() * 2).tanh().neg()
+
+def value_by_keyword(m, x, y):
+    h = torch.sigmoid(input=x * 2)              # the chain's value passed by keyword: node.args is ()
+    return torch.add(input=h, other=y, alpha=0.5).tanh()
+
 def getitem_breaks(m, x, y):
     a, b = (x * 2 + 1).chunk(2, dim=-1)
     return torch.relu(a).sigmoid() * b.tanh()
@@ -125,12 +139,18 @@ EXACT_CASES: dict[str, Case] = {
                                   [["mul", "sub", "tanh"], ["sigmoid", "mul_1"]], ENDS),
     "branch_and_join": case(branch_and_join, 9, [["add", "mul"], ["relu", "sigmoid", "add_1", "exp"], ["tanh", "mul_1"]],
                             FIRST_INPUT),
+    "join_first_input_started_later": case(join_first_input_started_later, 9, [["tanh", "mul"], ["relu", "sigmoid", "add", "exp"]],
+                                           FIRST_INPUT + " Not the chain that started first: here the add's first "
+                                           "input, the sigmoid, started after the tanh's chain.", inputs=2),
     "reduction_feeds_chain": case(lambda m, x, y: ((b := (x * 2).relu()) - b.mean(-1, keepdim=True)).sigmoid(), 9,
                                   [["mul", "relu"], ["sub", "sigmoid"]],
                                   ENDS + " Joining through the relu would need the mean inside the fused node: a cycle."),
     "reductions_break": case(lambda m, x, y: torch.relu(x * 2).sum(-1, keepdim=True).sigmoid().mul(3)
                              + x.amax(-1, keepdim=True).tanh().neg(),
                              9, [["mul", "relu"], ["sigmoid", "mul_1", "add"], ["tanh", "neg"]], BREAKS),
+    "look_alikes_break": case(look_alikes_break, 9, [["mul", "add"], ["mul_1", "sub", "relu", "mul_2"], ["tanh", "neg"]],
+                              BREAKS + " clamp, sqrt and gelu work elementwise too, but they are not among the ten: "
+                              "match the table's spellings exactly."),
     "matmul_linear_conv_break": case(
         lambda m, x, y: torch.sigmoid(m.conv((torch.tanh(m.linear(torch.relu((x * 2 + 1) @ m.weight).neg())) - 0.5)
                                              .unsqueeze(1))) * 2,
@@ -169,6 +189,10 @@ EXACT_CASES: dict[str, Case] = {
         lambda m, x, y: torch.div(torch.sub(y, torch.add(x, y, alpha=0.5), alpha=2), 0.3, rounding_mode="floor")
         .mul(0.25).tanh(), 9, [["add", "sub", "div", "mul", "tanh"]],
         "keep every keyword argument of every op (alpha, rounding_mode).", inputs=2),
+    "value_by_keyword": case(value_by_keyword, 9, [["mul", "sigmoid", "add", "tanh"]],
+                             "torch.sigmoid(input=v) and torch.add(input=v, other=y) pass the chain's value by keyword: "
+                             "node.args is empty; read nodes from node.kwargs too (node.all_input_nodes, map_arg).",
+                             inputs=2),
     "value_squared": case(lambda m, x, y: ((a := torch.relu(x + 1)) * a).tanh(), 9, [["add", "relu", "mul", "tanh"]],
                           "a * a reads the chain's value twice: both operands are the value."),
     "chains_in_graph_order": case(lambda m, x, y: torch.relu(torch.tanh(x).sigmoid() @ m.weight).add(1).sum(-1), 8,

@@ -35,6 +35,32 @@ MUTANTS = [
            "if node in elementwise and node not in has_predecessor:", caught_at=2),
     Mutant("picks_last_eligible_input", "for source in node.all_input_nodes:",
            "for source in reversed(node.all_input_nodes):", caught_at=2),
+    # At a join, lets the chain that started first go on (not the first input's, as the README says).
+    Mutant("earliest_chain_takes_the_join",
+           "        for source in node.all_input_nodes:\n"
+           "            # Its only user is `node` (the output node counts as a user): nothing else needs its value,\n"
+           "            # so it can live inside the fused node. The first such input continues the chain.\n"
+           "            if source in elementwise and len(source.users) == 1:\n"
+           "                successor[source] = node\n"
+           "                break\n",
+           "        eligible = [s for s in node.all_input_nodes if s in elementwise and len(s.users) == 1]\n"
+           "        before = {v: k for k, v in successor.items()}\n"
+           "        order = list(gm.graph.nodes)\n"
+           "\n"
+           "        def started(s):\n"
+           "            while s in before:\n"
+           "                s = before[s]\n"
+           "            return order.index(s)\n"
+           "\n"
+           "        if eligible:\n"
+           "            successor[min(eligible, key=started)] = node\n", caught_at=2),
+    # Ops that act elementwise but are not among the README's ten join chains (run out of place, exactly).
+    Mutant("treats_look_alikes_as_elementwise", '    torch.tanh: "tanh",\n',
+           '    torch.tanh: "tanh", torch.clamp: "abs", torch.sqrt: "abs", F.gelu: "abs",\n', caught_at=2),
+    # Rewrites the nodes in positional args only: a value passed by keyword (torch.sigmoid(input=v)) stays a
+    # graph node inside the fused module's plan, and running it fails.
+    Mutant("plans_positional_arguments_only", "map_arg(node.kwargs, to_template)))", "dict(node.kwargs)))",
+           caught_at=2),
     Mutant("orders_chains_by_name", "    return chains\n", "    return sorted(chains, key=lambda c: c[0].name)\n",
            caught_at=2),
     Mutant("inserts_fused_node_at_head", "with gm.graph.inserting_before(tail):",
