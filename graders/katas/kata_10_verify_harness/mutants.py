@@ -77,6 +77,9 @@ MUTANTS = [
            "    return [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]",
            "    return list(grads)  # None against a zero tensor: assert_close raises", caught_at=2),
     Mutant("draws_float32_inputs", "dtype=t.dtype, device=t.device", "device=t.device", caught_at=2),
+    # Draws in float32 and casts to the example's dtype: float64 inputs that hold only float32 values.
+    Mutant("draws_in_float32_precision", "dtype=t.dtype, device=t.device) for t", "device=t.device).to(t.dtype) for t",
+           caught_at=2),
     Mutant("fixed_tolerances",
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'
@@ -108,5 +111,6 @@ CAUGHT_BY = {
     "cotangent_of_ones": "backward_permutes_the_gradient",
     "none_gradient_is_a_mismatch": "removes_a_term_times_zero",
     "draws_float32_inputs": "float64_model",
+    "draws_in_float32_precision": "float64_input_rounded_through_float32",
     "fixed_tolerances": "looser_tolerance_tanh_gelu",
 }
