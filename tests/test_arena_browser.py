@@ -56,7 +56,13 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                                         str(tree(tmp_path / "orbit", {"01_linear_relu/solution.py": solution("01_linear_relu")}))],
                                        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 row = page.locator("tr[data-team='Orbit']")
-                expect(row).to_have_count(1, timeout=60_000)  # the row appears as soon as it is acknowledged
+                try:
+                    expect(row).to_have_count(1, timeout=60_000)  # the row appears as soon as it is acknowledged
+                except AssertionError as failure:  # say what the submitting client and the server saw
+                    if cli.poll() is None:
+                        cli.kill()
+                    raise AssertionError(f"{failure}\nscore.py --submit (exit {cli.wait()}) said:\n{cli.stdout.read()}\n"
+                                         f"the server's log ends:\n{server.log.read_text()[-3000:]}") from None
                 print(f"row appeared: {row.inner_text()!r}")
                 expect(row.locator("td").nth(2)).to_have_text("80.0", timeout=600_000)  # its points change
                 print(f"row after grading: {row.inner_text()!r}")
