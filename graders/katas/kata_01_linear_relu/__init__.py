@@ -45,13 +45,15 @@ def fused_type(ctx: Context) -> str:
     return "FusedLinearReLU"
 
 
-def nodes_by_kind(gm: fx.GraphModule, fused_class: str) -> dict[str, list[fx.Node]]:
-    """FusedLinearReLU calls, plain Linear calls (a FusedLinearReLU subclassing nn.Linear is not one), and
-    ReLUs in any spelling."""
+def nodes_by_kind(gm: fx.GraphModule, fused_class: str, linear_classes: frozenset = frozenset()) -> dict[str, list[fx.Node]]:
+    """FusedLinearReLU calls, Linear calls (a FusedLinearReLU subclassing nn.Linear is not one; a module whose
+    class is named in `linear_classes` is: an isolated judge gets a Linear subclass of its own model back
+    rebuilt from its trace, under its class name), and ReLUs in any spelling."""
     modules, kinds = dict(gm.named_modules()), {kind: [] for kind in PER_FUSION}
     for node in gm.graph.nodes:
         module = modules.get(node.target) if node.op == "call_module" else None
-        kind = ("fused" if type(module).__name__ == fused_class else "linear" if isinstance(module, nn.Linear)
+        linear = isinstance(module, nn.Linear) or (module is not None and type(module).__name__ in linear_classes)
+        kind = ("fused" if type(module).__name__ == fused_class else "linear" if linear
                 else "relu" if type(module) is nn.ReLU or (node.op, node.target) in RELU_NODES else None)
         if kind:
             kinds[kind].append(node)
@@ -70,7 +72,8 @@ TRACEABLE = ("in a competition the worker traces your FusedLinearReLU with torch
 def fused_as_expected(run: Run) -> dict:
     fused_class = fused_type(run.ctx)
     assert_sendable(run.ctx, FUSE.function, run.gm, TRACEABLE)  # as a competition's worker does
-    before, after = nodes_by_kind(run.before, fused_class), nodes_by_kind(run.gm, fused_class)
+    linear_classes = frozenset(type(m).__name__ for m in run.before.modules() if isinstance(m, nn.Linear))
+    before, after = nodes_by_kind(run.before, fused_class), nodes_by_kind(run.gm, fused_class, linear_classes)
     for kind, (what, change, hint) in PER_FUSION.items() if run.case.expect is not None else ():
         expected = len(before[kind]) + change * run.case.expect
         if len(after[kind]) != expected:

@@ -12,6 +12,7 @@ import random
 from collections import OrderedDict
 
 import torch
+import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -58,6 +59,25 @@ WIRINGS = {
     "relu_in_tuple_output": lambda fc, act, m, x: (act(fc(x)), torch.tanh(x)),
     "relu_in_list_argument": lambda fc, act, m, x: torch.cat([act(fc(x)), x], dim=-1),
 }
+
+
+class ScaledLinear(nn.Linear):
+    """A Linear with a forward of its own (as a scaled or a quantisation-aware Linear has): an nn.Linear by
+    isinstance, but what it computes is not F.linear."""
+
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+class _KeepsScaledLinear(fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return type(m) is ScaledLinear or super().is_leaf_module(m, qualname)
+
+
+def trace_keeping_scaled_linear(model: nn.Module) -> fx.GraphModule:
+    """A trace that keeps ScaledLinear as one call_module node, as a tracer told to keep a library's modules whole
+    (or torch.nn's own subclasses, which symbolic_trace keeps) records it."""
+    return fx.GraphModule(model, _KeepsScaledLinear().trace(model))
 
 
 def block(kind: str, spelling: str, fc: nn.Linear, names: tuple | list = ("fc", "act")) -> Program:
@@ -129,6 +149,13 @@ EXACT_CASES: dict[str, Case] = {
     "relu6_not_fused": case(lambda: mlp(["relu6_module"]), (12,), 0, "relu6 clips at 6 as well: it is not a ReLU."),
     "functional_relu6_not_fused": case(one_block("functional_relu6"), (10,), 0,
                                        "F.relu6 clips at 6 as well: it is not a ReLU."),
+    "relu6_named_relu_not_fused": case(lambda: block("pair", "relu6_module", linear(10, 7), names=("fc", "relu")), (10,), 0,
+                                       "the module at `relu` is an nn.ReLU6: a name says nothing, the module's type "
+                                       "does."),
+    "linear_subclass_not_fused": case(lambda: block("pair", "relu_module", ScaledLinear(10, 7)), (10,), 0,
+                                      "the Linear at `fc` is a subclass of nn.Linear with a forward of its own (it "
+                                      "scales its result): it does not compute F.linear. Match the exact type "
+                                      "(type(m) is nn.Linear), not isinstance.", trace=trace_keeping_scaled_linear),
     "leaky_relu_not_fused": case(lambda: mlp(["leaky_relu_module"]), (12,), 0,
                                  "LeakyReLU keeps a slope below zero: it is not a ReLU."),
     "dropout_between": case(one_block("relu_module", "dropout_between"), (10,), 0,

@@ -26,6 +26,10 @@ MUTANTS = [
            '        return "relu" in getattr(node.target, "__name__", "")', caught_at=2),
     Mutant("matches_modules_by_class_name", "type(modules.get(node.target)) is nn.ReLU",
            '"ReLU" in type(modules.get(node.target)).__name__', caught_at=2),
+    Mutant("matches_relu_modules_by_name", "type(modules.get(node.target)) is nn.ReLU",
+           'type(modules.get(node.target)) is nn.ReLU or node.target.rsplit(".", 1)[-1] == "relu"', caught_at=2),
+    Mutant("matches_linear_subclasses", "and type(modules.get(linear_node.target)) is nn.Linear)",
+           "and isinstance(modules.get(linear_node.target), nn.Linear))", caught_at=2),
     Mutant("fuses_across_dropout", "        linear_node = _relu_input(relu_node)\n",
            "        linear_node = _relu_input(relu_node)\n"
            "        while isinstance(modules.get(getattr(linear_node, 'target', None)), nn.Dropout):\n"
