@@ -15,12 +15,14 @@ RANDOM_OPS = {
 }
 
 # Ops whose result may share memory with their first argument: a write through the result is a write
-# to the argument, and the other way round.
+# to the argument, and the other way round. Views, and ops that return their input itself when there is
+# nothing to do (`contiguous()` of a contiguous tensor, `float()` of a float32 one, `to(its own dtype)`).
 VIEW_OPS = {
     "view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "squeeze", "unsqueeze", "expand",
     "expand_as", "narrow", "select", "unfold", "flatten", "unflatten", "contiguous", "detach", "as_strided",
     "split", "chunk", "unbind", "movedim", "swapaxes", "swapdims", "diagonal", "getitem", "getattr", "real",
-    "imag", "view_as_real", "view_as_complex", "tensor_split", "type_as", "to",
+    "imag", "view_as_real", "view_as_complex", "tensor_split", "type_as", "to", "type", "float", "double",
+    "half", "bfloat16", "int", "long", "short", "char", "byte", "bool", "cfloat", "cdouble", "cpu", "cuda",
 }
 
 INPLACE_OPERATORS = {

@@ -101,6 +101,12 @@ write_through_an_alias = together(
     written_between(lambda ht: ht.sin(), lambda m, h: h.mul_(2), view=lambda h: h.t()))
 
 
+# Ops that return their input itself here (a contiguous float32 tensor): a write through their result writes b.
+written_through_self_returning_ops = together(*(written_after(write) for write in (
+    lambda m, b: b.contiguous().mul_(2), lambda m, b: b.detach().mul_(2), lambda m, b: b.float().mul_(2),
+    lambda m, b: b.to(torch.float32).mul_(2))))
+
+
 def tensor_constant_args() -> fx.GraphModule:
     """torch.add(x, t) for t in (t1, t2, t1): tensors as literal arguments, built by hand (its code cannot
     run, so only its structure is graded). `==` on two tensors is elementwise: comparing them with == raises."""
@@ -150,6 +156,12 @@ EXACT_CASES: dict[str, Case] = {
     "dropout_module_training": case(
         lambda: Program(lambda m, x: m.drop(x) - m.drop(x), drop=nn.Dropout(0.3).train()), (6,), 0,
         "an nn.Dropout in training mode is random: merge a call_module only for a pure module."),
+    "dropout_variants_training": case(
+        lambda: Program(lambda m, x: (m.alpha(x) - m.alpha(x), m.feature(x) - m.feature(x), m.drop2d(x) - m.drop2d(x)),
+                        alpha=nn.AlphaDropout(0.3), feature=nn.FeatureAlphaDropout(0.3), drop2d=nn.Dropout2d(0.3)).train(),
+        lambda b: (torch.randn(b, 4, 3, 3),), 0,
+        "nn.AlphaDropout, nn.FeatureAlphaDropout and nn.Dropout2d draw random numbers in training mode like nn.Dropout: "
+        "every dropout module (they share the base class nn.modules.dropout._DropoutNd) is random while training."),
     "batchnorm_training": case(
         lambda: Program(lambda m, x: m.bn(x) + m.bn(x), bn=nn.BatchNorm1d(6).train()), (6,), 0,
         "a BatchNorm in training mode updates its running statistics at each call: it is not pure."),
@@ -176,6 +188,14 @@ EXACT_CASES: dict[str, Case] = {
     "duplicate_mutated_through_view": case(
         lambda: Program(written_after(lambda m, b: b[:, :3].mul_(2))), (6,), 0,
         "b[:, :3] is a view of b: writing to it writes to b. Follow views back to the tensor they alias."),
+    "write_with_out_keyword": case(
+        lambda: Program(written_between(lambda h: h.exp(), lambda m, h: torch.mul(h, 2, out=h))), (6,), 0,
+        "torch.mul(h, 2, out=h) writes to h as surely as h.mul_(2): an out= keyword is a write. " + KEEP_INPLACE),
+    "duplicate_mutated_through_self_returning_ops": case(
+        lambda: Program(written_through_self_returning_ops), (6,), 0,
+        "b.contiguous(), b.detach(), b.float() and b.to(torch.float32) return b itself (or share its memory) when "
+        "there is nothing to change: a write through them writes b. Follow every op that may return its input "
+        "back to that input, not only views."),
     "inplace_methods_beyond_arithmetic": case(
         lambda: Program(inplace_methods_beyond_arithmetic), (6,), 0,
         "h.clamp_(...), h.exp_() and b.masked_fill_(...) write to their tensor as h.add_(1) does: every method "

@@ -92,6 +92,16 @@ MUTANTS = [
     # Gap: keyword arguments keyed in call order, so f(x, a=1, b=2) and f(x, b=2, a=1) stay apart.
     Mutant("kwargs_in_call_order", "        return (dict, tuple(sorted((k, _constant_key(v)) for k, v in arg.items())))",
            "        return (dict, tuple((k, _constant_key(v)) for k, v in arg.items()))", caught_at=2),
+    # Gap: out= is not a write: torch.mul(h, 2, out=h) between two h.exp() lets them merge.
+    Mutant("ignores_out_keyword", '    if node.kwargs.get("out") is not None:\n        written.append(node.kwargs["out"])\n',
+           "", caught_at=2),
+    # Gap: aliases followed through views only, not through ops that return their input itself.
+    Mutant("aliases_through_views_only", '"tensor_split", "type_as", "to", "type", "float", "double",\n'
+           '    "half", "bfloat16", "int", "long", "short", "char", "byte", "bool", "cfloat", "cdouble", "cpu", "cuda",\n',
+           '"tensor_split",\n', caught_at=2),
+    # Gap: only nn.Dropout is random in training mode; AlphaDropout, FeatureAlphaDropout, Dropout2d merge.
+    Mutant("only_nn_dropout_is_random", "isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU))",
+           "isinstance(module, (nn.Dropout, nn.RReLU))", caught_at=2),
     # Gaps: modules that are pure in the state they are in, treated as impure whatever their state.
     Mutant("never_merges_dropout_modules", "            return not module.training  # random in training mode",
            "            return False", caught_at=2),
