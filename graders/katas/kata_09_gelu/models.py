@@ -22,7 +22,7 @@ class Spelling:
     Face's NewGELUActivation. The fields from `half` on are variants, most of them not to be replaced."""
     product: str = "(HX)P"       # the factors H (0.5), X (x), P (1 + tanh(...)) grouped as `(ab)c` or `a(bc)`
     one_first: bool = True       # 1 + t, or t + 1
-    tanh: str = "torch"          # torch.tanh | x.tanh() | nn.Tanh | F.tanh
+    tanh: str = "torch"          # torch.tanh | x.tanh() | nn.Tanh | F.tanh | nn.Tanhshrink ("tanhshrink_module")
     scale_first: bool = True     # c * (...), or (...) * c
     linear_first: bool = True    # x + k * x**3, or k * x**3 + x
     k_first: bool = True         # k * x**3, or x**3 * k
@@ -30,6 +30,8 @@ class Spelling:
     scale: float = SQRT_2_OVER_PI
     cubic: float = 0.044715
     half: float = 0.5
+    one: float | None = 1.0      # the 1 of 1 + tanh(...): another number, or None for tanh(...) alone
+    linear_other: bool = False   # another tensor + 0.044715 * x**3
     cube_of_other: bool = False  # x**3 taken of another tensor
     outer_other: bool = False    # 0.5 * other * (1 + tanh(... x ...))
     leak: str | None = None      # an interior node ("tanh" or "cube") also feeds the output ("x": it may)
@@ -50,6 +52,8 @@ class HandGelu(nn.Module):
         self.spelling, self.tanh_name = spelling, tanh_name
         if spelling.tanh == "module":
             setattr(self, tanh_name, nn.Tanh())
+        elif spelling.tanh == "tanhshrink_module":  # x - tanh(x): "Tanh" in its class name, not a tanh
+            self.squash = nn.Tanhshrink()
 
     def forward(self, x, other=None):
         s = self.spelling
@@ -60,11 +64,13 @@ class HandGelu(nn.Module):
             return x * torch.sigmoid(1.702 * x)
         cube = CUBES[s.cube](other if s.cube_of_other else x)
         cubic_term = s.cubic * cube if s.k_first else cube * s.cubic
-        inner = x + cubic_term if s.linear_first else cubic_term + x
+        linear = other if s.linear_other else x
+        inner = linear + cubic_term if s.linear_first else cubic_term + linear
         argument = s.scale * inner if s.scale_first else inner * s.scale
         tanh = {"torch": torch.tanh, "method": lambda a: a.tanh(), "functional": F.tanh,
-                "module": lambda a: getattr(self, self.tanh_name)(a)}[s.tanh](argument)
-        one_plus = 1.0 + tanh if s.one_first else tanh + 1.0
+                "module": lambda a: getattr(self, self.tanh_name)(a), "tanhshrink_module": lambda a: self.squash(a),
+                }[s.tanh](argument)
+        one_plus = tanh if s.one is None else s.one + tanh if s.one_first else tanh + s.one
         factors = {"H": s.half, "X": other if s.outer_other else x, "P": one_plus}
         a, b, c = (factors[ch] for ch in s.product if ch.isalpha())
         out = (a * b) * c if s.product.startswith("(") else a * (b * c)
@@ -162,6 +168,14 @@ EXACT_CASES: dict[str, Case] = {
     "half_missing": gelu_case(0, "x * (1 + tanh(...)) is twice a GELU: the 0.5 is part of the pattern.", half=1.0,
                               product="X(HP)"),
     "cube_of_another_tensor": gelu_case(0, f"x + 0.044715 * y**3 {SAME_NODE}", 2, cube_of_other=True),
+    "linear_term_another_tensor": gelu_case(0, f"y + 0.044715 * x**3 {SAME_NODE} The linear term too.", 2,
+                                            linear_other=True),
+    "two_plus_tanh": gelu_case(0, "0.5 * x * (2 + tanh(...)) is not a GELU: the 1 of 1 + tanh is part of the pattern.",
+                               one=2.0),
+    "tanh_without_one": gelu_case(0, "0.5 * x * tanh(...) is not a GELU: the 1 + is part of the pattern.", one=None),
+    "tanhshrink_module_not_tanh": gelu_case(0, "nn.Tanhshrink computes x - tanh(x): a class name holding 'Tanh' is not "
+                                               "a tanh. Test the module's type (isinstance(module, nn.Tanh)).",
+                                            tanh="tanhshrink_module"),
     "outer_factor_another_tensor": gelu_case(0, f"0.5 * y * (1 + tanh(... x ...)) {SAME_NODE}", 2, outer_other=True),
     "tanh_used_elsewhere": gelu_case(0, f"the tanh node {LEAKS}", leak="tanh"),
     "cube_used_elsewhere": gelu_case(0, f"x**3 {LEAKS}", cube="x_times_x_x", leak="cube"),

@@ -28,6 +28,23 @@ MUTANTS = [
            caught_at=2),
     Mutant("outer_factor_of_any_tensor", "if tanh_part is not None and tanh_part[0] is x:",
            "if tanh_part is not None:", caught_at=2),
+    # Takes x from the cube and only asks that the linear term be some node: y + 0.044715 * x**3 matches.
+    Mutant("linear_term_of_any_tensor",
+           "            for x, cubic_term in _both_orders(inner_sum, ADD):\n"
+           "                for k, cube in _both_orders(cubic_term, MUL):\n"
+           "                    cube_nodes = _match_cube(cube, x) if _is_constant(k, CUBIC) else None\n",
+           "            for linear, cubic_term in _both_orders(inner_sum, ADD):\n"
+           "                for k, cube in _both_orders(cubic_term, MUL):\n"
+           "                    bases = [a for a in getattr(cube, 'args', ()) if isinstance(a, fx.Node)]\n"
+           "                    x = next((b for b in bases if _match_cube(cube, b)), None)  # the cube's base\n"
+           "                    cube_nodes = (_match_cube(cube, x) if _is_constant(k, CUBIC) and isinstance(linear, fx.Node)\n"
+           "                                  else None)\n", caught_at=2),
+    Mutant("one_of_any_value", "        if not _is_constant(one, ONE) or argument is None:",
+           "        if argument is None:", caught_at=2),
+    Mutant("one_plus_optional", "    for one, tanh in _both_orders(one_plus, ADD):",
+           "    for one, tanh in [*_both_orders(one_plus, ADD), (ONE, one_plus)]:", caught_at=2),
+    Mutant("tanh_module_by_class_name", "isinstance(modules.get(node.target), nn.Tanh)",
+           '"Tanh" in type(modules.get(node.target)).__name__', caught_at=2),
     Mutant("returns_whether_changed", "    return replaced\n", "    return int(replaced > 0)\n", caught_at=2),
     Mutant("tanh_module_found_by_name", "isinstance(modules.get(node.target), nn.Tanh)",
            'str(node.target).rsplit(".", 1)[-1] == "tanh"', caught_at=4),
