@@ -47,6 +47,9 @@ WIRINGS = {
     # The hidden blocks' own (HIDDEN_WIRINGS).
     "residual": lambda conv, bn, x: x + bn(conv(x)),
     "output_times_sigmoid": lambda conv, bn, x: bn(y := conv(x)) * torch.sigmoid(y),
+    # The conv's weight read directly too (a get_attr node: a tied or regularised weight): folding into it
+    # in place of the original would change what that reader sees.
+    "weight_read_directly": lambda conv, bn, x: bn(conv(x)) * conv.weight.mean(),
     "torch_relu": lambda conv, bn, x: torch.relu(bn(conv(x))),
 }
 
@@ -117,7 +120,19 @@ EXACT_CASES: dict[str, Case] = {
     "conv_in_training_mode": case(
         lambda: in_training_mode(conv_bn(conv2d(3, 4), bn2d(4)), "conv"), (3, 8), None,
         "a Conv2d computes the same in either mode, so folding it into an eval BN is exact; PyTorch's "
-        "fuse_conv_bn_eval refuses it (\"Fusion only for eval!\"). Either answer is accepted.", mode=None),
+        "fuse_conv_bn_eval refuses it (\"Fusion only for eval!\"). Either answer is accepted, but not putting the "
+        "caller's conv into eval mode to fold it: that changes the model that was traced.", mode=None,
+        extra={"model_unchanged": True}),
+    "conv_weight_read_directly": case(lambda: conv_bn(conv2d(3, 4), bn2d(4), "weight_read_directly"), (3, 8), None,
+                                      "the model also reads conv.weight itself (a get_attr node): a folded weight "
+                                      "at that path changes what it reads. Leave the pair, or install the folded "
+                                      "conv under a new name and keep the original for that reader.",
+                                      extra={"model_unchanged": True}),
+    "bn_shared_by_two_convs": case(
+        lambda: Program(lambda m, x: m.bn(m.conv1(x)) + torch.sigmoid(m.bn(m.conv2(x))), conv1=conv2d(3, 4),
+                        conv2=conv2d(3, 4, 5), bn=bn2d(4)), (3, 8), 0,
+        "one BN module after two convs: folding reads the BN and never changes it, so each conv takes it in; "
+        "what must not be shared is the conv (its weights are rewritten), not the BN."),
     "bn_without_running_stats": case(lambda: conv_bn(conv2d(3, 4), bn2d(4, track_running_stats=False)), (3, 8), 1,
                                      "with track_running_stats=False a BN uses batch statistics even in eval mode."),
     "conv_output_used_twice": case(lambda: conv_bn(conv2d(4, 4), bn2d(4), "conv_output_used_twice"), (4, 8), 1,
