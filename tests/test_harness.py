@@ -9,7 +9,7 @@ import torch
 
 from graders.frame.catalogue import load_grader
 from graders.frame.levels import CheckFailed
-from graders.run.numerics import manual_seed, seeded
+from graders.run.numerics import describe_difference, manual_seed, seeded
 from graders.run.session import GradingSession
 from graders.frame.catalogue import REPO_ROOT
 from graders.run.timing import count_cost
@@ -33,6 +33,21 @@ def test_a_grading_seed_draws_what_torch_manual_seed_draws():
     with seeded(5):
         assert torch.equal(torch.randn(4), want)
     assert torch.equal(torch.random.get_rng_state(), outside)  # restored
+
+
+def test_bit_identity_holds_nan_equal_and_tells_the_sign_of_zero_in_every_part():
+    """Bit-exact comparisons (kata 07): NaN equals NaN, -0.0 differs from +0.0, in float and complex tensors
+    alike (a complex NaN compared as a complex number never equals itself)."""
+    inf, nan = float("inf"), float("nan")
+    real = torch.tensor([inf, -0.0, nan, 1.5])
+    values = torch.complex(real, real.flip(0))
+    for tensor in (real, values):
+        assert describe_difference(tensor.clone(), tensor) is None
+    assert "at index (1,) the original gives -0.0, the rewritten module 0.0 (the same value with the other sign bit" \
+        in describe_difference(real + 0.0, real)
+    assert describe_difference(values * 1, values) == ("at index (0,) the imaginary part of the original gives 1.5, "
+                                                       "the rewritten module nan; 4 of 4 elements differ")
+    assert describe_difference(values + 0, values).startswith("at index (1,) the real part of the original gives -0.0")
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -108,6 +108,10 @@ def describe_difference(got, want) -> str | None:
         return (f"the original returns shape {tuple(want.shape)} dtype {want.dtype}, the rewritten module "
                 f"shape {tuple(got.shape)} dtype {got.dtype}")
     got, want = got.detach().cpu(), want.detach().cpu()
+    part = ""
+    if want.is_complex():  # each part as a float: NaN equals NaN there, and the sign of a zero part counts
+        got, want = torch.view_as_real(got.resolve_conj()), torch.view_as_real(want.resolve_conj())
+        part = "the {} part of "
     same = got == want
     if want.is_floating_point():
         both_nan = got.isnan() & want.isnan()
@@ -117,7 +121,10 @@ def describe_difference(got, want) -> str | None:
     where = tuple(int(i) for i in (~same).nonzero()[0])
     g, w = got[where].item(), want[where].item()
     sign = " (the same value with the other sign bit: IEEE -0.0 vs +0.0)" if g == w else ""
-    return (f"at index {where} the original gives {w!r}, the rewritten module {g!r}{sign}; "
+    if part:
+        part, where = part.format(("real", "imaginary")[where[-1]]), where[:-1]
+        same = same.all(dim=-1)
+    return (f"at index {where} {part}the original gives {w!r}, the rewritten module {g!r}{sign}; "
             f"{int((~same).sum())} of {same.numel()} elements differ")
 
 
