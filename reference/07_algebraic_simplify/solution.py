@@ -64,6 +64,10 @@ def is_float(node) -> bool:
     return meta(node).dtype.is_floating_point or meta(node).dtype.is_complex
 
 
+def is_complex(node) -> bool:
+    return meta(node) is None or meta(node).dtype.is_complex  # unknown: it may be
+
+
 def identity_operand(node: fx.Node, modules: dict):
     """The operand that `node` returns unchanged by the rule table, or None.
 
@@ -73,6 +77,8 @@ def identity_operand(node: fx.Node, modules: dict):
     if kind not in ("mul", "div", "add", "sub") or len(node.args) != 2 or node.kwargs:
         return None  # kwargs such as rounding_mode="floor" or alpha=2 change what the op computes
     a, b = node.args
+    if kind in ("mul", "div") and any(isinstance(v, fx.Node) and is_complex(v) for v in (a, b)):
+        return None  # complex * 1 multiplies by 1+0j: inf+0j becomes inf+nanj, -0.0 a real part 0.0
     if kind == "mul":
         return a if is_one(b, modules) else b if is_one(a, modules) else None
     if kind == "div":
@@ -146,10 +152,43 @@ def is_in_place(node: fx.Node, modules: dict) -> bool:
     return False
 
 
+# Ops whose result may share memory with their first argument (a view, or the tensor itself when there is
+# nothing to do: contiguous() of a contiguous tensor, float() of a float32 one): a write through it writes that.
+VIEW_OPS = {
+    "view", "view_as", "reshape", "reshape_as", "getitem", "t", "transpose", "permute", "expand", "expand_as",
+    "narrow", "select", "squeeze", "unsqueeze", "flatten", "unflatten", "unfold", "diagonal", "as_strided",
+    "movedim", "swapaxes", "swapdims", "split", "chunk", "unbind", "tensor_split", "real", "imag", "view_as_real",
+    "view_as_complex", "detach", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16",
+    "int", "long", "short", "bool", "cpu", "cuda",
+}
+
+
+def _name(node: fx.Node) -> str:
+    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+
+
+def written_through(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:
+    """Whether an in-place op uses `node`'s tensor: directly, or through a view of it, or a view of a view
+    (`y.view(-1)[:2].add_(1)` writes y). `skip`: a user that is not asked about (the node being replaced)."""
+    seen, reached = set(), [node]
+    while reached:
+        value = reached.pop()
+        for user in value.users:
+            if user is skip or user in seen:
+                continue
+            seen.add(user)
+            if is_in_place(user, modules):
+                return True
+            if user.op in ("call_function", "call_method") and _name(user) in VIEW_OPS and user.args \
+                    and user.args[0] is value:
+                reached.append(user)
+    return False
+
+
 def aliasing_is_safe(node: fx.Node, replacement: fx.Node, modules: dict) -> bool:
-    """After the rewrite, node's users and replacement's users read one tensor: nobody may mutate it."""
-    users = [u for u in list(node.users) + list(replacement.users) if u is not node]
-    return not any(is_in_place(u, modules) for u in users)
+    """After the rewrite, node's users and replacement's users read one tensor: nobody may write it, whatever
+    view the write goes through."""
+    return not written_through(node, modules) and not written_through(replacement, modules, skip=node)
 
 
 def same_tensor_type(node: fx.Node, replacement) -> bool:

@@ -4,6 +4,8 @@ Every float input holds -0.0, +0.0, inf, -inf and NaN at random positions and ev
 bit, so a rewrite that is only "almost" an identity shows."""
 from __future__ import annotations
 
+from typing import Callable
+
 import copy
 import operator
 from collections import Counter
@@ -85,6 +87,22 @@ def in_place_on_result(x):
     return x - y
 
 
+def in_place_through_views(x):
+    y = x * 1.0
+    y.view(-1)[:2].add_(1.0)  # writes y through a view of a view: replace y by x and this writes x
+    s = x * 2.0
+    z = s * 1.0               # a copy of s, taken before the write through s[0]
+    s[0].mul_(3.0)
+    return x - y, z - s
+
+
+def complex_numbers() -> Callable:
+    """A complex tensor with inf, nan and signed zeros in both parts."""
+    def draw(batch):
+        return (torch.complex(floats(batch, 4, 5), floats(batch, 4, 5)),)
+    return draw
+
+
 L2_CASES = cases(
     ("spellings", Program(spellings, act=nn.ReLU()), 9, ["relu", "mul", "mul", "add"],
      "the same op has several spellings: operator.mul, torch.mul, Tensor.mul (call_method 'mul'), and ReLU also "
@@ -163,6 +181,16 @@ L2_CASES = cases(
      lambda x: ((y := x.transpose(1, 2)).transpose(1, 2) * 2.0, y.relu()), 1, ["transpose", "mul", "relu"],
      "x.transpose(1, 2).transpose(1, 2) is x, but the inner transpose is also read by y.relu(): point the outer "
      "node's users at x and keep the inner one for its other users (erase a node only once it has no users)."),
+    ("in_place_through_a_view", in_place_through_views, 0, None,
+     "y.view(-1)[:2].add_(1.0) writes y though no user of y is in place: a view shares its base's memory. Follow "
+     "every view (view, getitem, t, ...) of the node and of its replacement to the ops that use it.", ),
+    ("complex_identities", lambda c: (c * 1, c / 1.0, torch.ones_like(c) * c, c + 0, c + 0.0), 0, None,
+     "for a complex tensor, * 1 multiplies by 1+0j: inf+0j becomes inf+nanj and a -0.0 real part +0.0; + 0 adds "
+     "0+0j, which flips the sign of a -0.0 part. A complex tensor is not an integer one: leave these alone.",
+     complex_numbers()),
+    ("bool_squared", lambda b: (b ** 2, torch.pow(b, 2)), 0, None,
+     "a bool tensor ** 2 is int64 (True ** 2 is 1), but b * b stays bool: compare the node's dtype with x's before "
+     "squaring by a multiplication.", lambda batch: (torch.rand(batch, 4, 5) < 0.5,)),
     ("in_place_on_result", in_place_on_result, 0, None,
      "y = x * 1.0 is a new tensor; y.add_(1.0) mutates it. Replace y by x and add_ mutates x. Skip a rewrite when "
      "an in-place op (name ending in '_', inplace=True) uses the node or its replacement."),

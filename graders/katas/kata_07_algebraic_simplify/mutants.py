@@ -46,6 +46,10 @@ MUTANTS = [
            "before.shape == after.shape", caught_at=2),
     Mutant("square_ignores_dtype", "\n                and meta(node.args[0]).dtype == meta(node).dtype)",
            ")", caught_at=2),
+    # int ** 2.0 is float, so it refuses a float exponent on a non-float tensor; but bool ** 2 is int64, b * b bool.
+    Mutant("square_checks_the_exponent_only", "\n                and meta(node.args[0]).dtype == meta(node).dtype)",
+           "\n                and (type(node.args[1]) is int or meta(node.args[0]).dtype.is_floating_point))",
+           caught_at=2),
     Mutant("folds_parameter_equal_to_one", 'or op_kind(value, modules) == "ones"',
            'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
            'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))', caught_at=2),
@@ -62,8 +66,17 @@ MUTANTS = [
            "return a if is_positive_zero(b, modules) else b if is_positive_zero(a, modules) else None", caught_at=2),
     # Looks for in-place users of the node only: s.add_(1) after y = s * 1.0 then writes what y reads.
     Mutant("in_place_check_misses_replacement",
-           "users = [u for u in list(node.users) + list(replacement.users) if u is not node]",
-           "users = list(node.users)", caught_at=2),
+           "    return not written_through(node, modules) and not written_through(replacement, modules, skip=node)",
+           "    return not written_through(node, modules)", caught_at=2),
+    # Looks at the direct users only: a write through a view (y.view(-1)[:2].add_(1)) goes unseen.
+    Mutant("in_place_check_ignores_views",
+           "            if user.op in (\"call_function\", \"call_method\") and _name(user) in VIEW_OPS and user.args \\\n",
+           "            if False and user.args \\\n", caught_at=2),
+    # A complex tensor treated as an integer one: * 1, / 1 and + 0 all dropped.
+    Mutant("complex_as_integer", "    return meta(node).dtype.is_floating_point or meta(node).dtype.is_complex\n",
+           "    return meta(node).dtype.is_floating_point\n", caught_at=2),
+    Mutant("complex_times_one_is_complex", "    if kind in (\"mul\", \"div\") and any(isinstance(v, fx.Node) and is_complex(v) for v in (a, b)):\n"
+           "        return None", "    if False:\n        return None", caught_at=2),
     # A tensor attribute of ones that is no parameter (self.unit, torch.ones(5) traced to _tensor_constant0) as 1.
     Mutant("tensor_attribute_of_ones_is_one", 'or op_kind(value, modules) == "ones"',
            'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
