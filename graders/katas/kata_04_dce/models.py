@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from graders.run import ATOL, Case, RTOL, Run, cloned, manifest, nest_under, random_path, run_module, seeded
 
 # symbolic_trace cannot trace `y[i] = v` (a Proxy has no __setitem__); a wrapped setitem records an
-# operator.setitem node, which is what torch.compile and torch.export graphs contain.
+# operator.setitem node, as Dynamo's graphs hold one. (torch.export's aten graph holds aten.select.int and an
+# in-place aten.fill_.Scalar instead, and after run_decompositions() a functional aten.where.)
 fx.wrap("setitem")
 
 WIDTH = 6
