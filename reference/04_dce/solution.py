@@ -19,8 +19,18 @@ RANDOM_FUNCTIONS = {
     F.rrelu, F.gumbel_softmax,
 }
 RANDOM_METHODS = {"bernoulli", "multinomial"}  # the in-place ones (uniform_, normal_, ...) end in "_"
-RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
-                  nn.FeatureAlphaDropout, nn.RReLU)
+RANDOM_MODULES = (nn.modules.dropout._DropoutNd, nn.RReLU)  # every dropout module, and RReLU: random in training
+
+# Leaf modules known to compute their output from their input and parameters alone, changing nothing and
+# drawing nothing (with inplace=False). A leaf module is opaque: any other one (an InstanceNorm tracking
+# statistics, a GRU or a TransformerEncoderLayer with dropout, a library's module) keeps its calls.
+PURE_MODULES = (
+    nn.Linear, nn.Bilinear, nn.Identity, nn.Flatten, nn.Unflatten, nn.modules.conv._ConvNd,
+    nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd, nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd, nn.LayerNorm, nn.GroupNorm, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU,
+    nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid, nn.Hardswish,
+    nn.Softplus, nn.Softsign, nn.Softmax, nn.LogSoftmax, nn.PReLU, nn.Tanhshrink, nn.Softshrink, nn.Hardshrink,
+)
 
 # Functions whose whole point is their effect, not their result.
 SIDE_EFFECT_FUNCTIONS = {operator.setitem, operator.delitem, torch._assert, print}
@@ -48,13 +58,21 @@ def _mutates(node: fx.Node, modules: dict) -> bool:
         arguments = _bound_arguments(node)
         return arguments.get("inplace") is True or arguments.get("out") is not None
     if node.op == "call_module":
-        module = modules[node.target]
-        if getattr(module, "inplace", False) is True:
-            return True
-        # A BatchNorm in training mode updates its running statistics on every call.
-        return (isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training
-                and module.track_running_stats)
+        return not _module_is_pure(modules[node.target])
     return False
+
+
+def _module_is_pure(module: nn.Module) -> bool:
+    """Known to change nothing and draw nothing in the state it is in; an unknown module is not."""
+    if getattr(module, "inplace", False) is True:
+        return False
+    if isinstance(module, nn.modules.batchnorm._NormBase):  # BatchNorm, InstanceNorm: running statistics
+        return not (module.training and module.track_running_stats)  # training updates them; eval reads them
+    if isinstance(module, RANDOM_MODULES):
+        return not module.training  # random in training mode, the identity (or a fixed slope) in eval mode
+    if isinstance(module, nn.Embedding):
+        return module.max_norm is None  # with max_norm, each call renormalises the rows it reads, in place
+    return isinstance(module, PURE_MODULES)
 
 
 def _draws_random_numbers(node: fx.Node, modules: dict) -> bool:
@@ -62,10 +80,7 @@ def _draws_random_numbers(node: fx.Node, modules: dict) -> bool:
         return node.target in RANDOM_FUNCTIONS or getattr(node.target, "_nondeterministic_seeded", False)
     if node.op == "call_method":
         return node.target in RANDOM_METHODS
-    if node.op == "call_module":
-        module = modules[node.target]
-        return isinstance(module, RANDOM_MODULES) and module.training
-    return False
+    return False  # a module call: _mutates asks whether it is known pure, draws included
 
 
 def has_side_effects(node: fx.Node, modules: dict) -> bool:

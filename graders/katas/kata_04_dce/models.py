@@ -241,6 +241,20 @@ EXACT_CASES: dict[str, Case] = {
         "calls of them must go. Only a training-mode BatchNorm that tracks running statistics changes state.",
         parts={"batch_stats": lambda: nn.BatchNorm1d(WIDTH, track_running_stats=False),
                "frozen": lambda: nn.BatchNorm1d(WIDTH).eval()}),
+    # Leaf modules are opaque: each of these changes state or draws random numbers in training mode, and none is
+    # a BatchNorm or a dropout module.
+    "opaque_modules_training": case("""
+        s = x.unsqueeze(1)
+        self.norm(s)
+        self.rnn(s)
+        self.encoder(s)
+        return x * 2""", 0, "a leaf module is opaque: remove its call only when the module is known to change "
+        "nothing and draw nothing in the state it is in. An InstanceNorm1d tracking running statistics updates them "
+        "in training mode; a GRU with dropout between its layers and a TransformerEncoderLayer draw random numbers.",
+        parts={"norm": lambda: nn.InstanceNorm1d(1, track_running_stats=True),
+               "rnn": lambda: nn.GRU(WIDTH, 4, num_layers=2, dropout=0.5, batch_first=True),
+               "encoder": lambda: nn.TransformerEncoderLayer(WIDTH, 2, dim_feedforward=8, dropout=0.5,
+                                                             batch_first=True)}),
     "dead_submodule": case("""
         torch.relu(self.aux_head(x))
         return self.live(x)""", 2, "a call of an nn.Linear has no side effect: a dead one must go.",
@@ -271,6 +285,11 @@ VOCABULARY = manifest("04_dce")["hidden"]  # the source templates of every step:
 # Module calls that a dead chain may hold: none changes state or draws random numbers in the mode it is in.
 PURE_MODULES = [SQUARE_LINEAR, SQUARE_LINEAR, lambda: nn.Dropout(0.3).eval(),
                 lambda: nn.BatchNorm1d(WIDTH, track_running_stats=False), lambda: nn.BatchNorm1d(WIDTH).eval()]
+# Leaf modules with an effect in training mode that are neither a BatchNorm nor a dropout module (README: a leaf
+# module is opaque): running statistics updated, or random numbers drawn.
+OPAQUE_MODULES = [lambda: nn.InstanceNorm1d(1, track_running_stats=True),
+                  lambda: nn.GRU(WIDTH, 4, num_layers=2, dropout=0.5, batch_first=True),
+                  lambda: nn.TransformerEncoderLayer(WIDTH, 2, dim_feedforward=8, dropout=0.5, batch_first=True)]
 INPLACE_MODULES = [lambda: nn.ReLU(inplace=True), lambda: nn.Hardtanh(inplace=True),
                    lambda: nn.SiLU(inplace=True), lambda: nn.LeakyReLU(0.2, inplace=True)]
 
@@ -318,13 +337,16 @@ class HiddenModel:
     def batchnorm(self):  # a new module is in training mode: every call updates its statistics
         self.lines.append(f"self.{self.install(lambda: nn.BatchNorm1d(WIDTH))}(v)")
 
+    def opaque_module(self):  # a new module is in training mode: its dead call changes state or draws
+        self.lines.append(f"self.{self.install(self.rng.choice(OPAQUE_MODULES))}(v.unsqueeze(1))")
+
     def nested_use(self):
         self.lines.append("v = " + self.rng.choice(VOCABULARY["nested_uses"]).format(a=self.pure("v")))
 
 
 STEPS = [HiddenModel.live, HiddenModel.live, HiddenModel.dead_chain, HiddenModel.dead_chain,
          *[functools.partial(HiddenModel.side_effect, kind="inplace")] * 2,
-         functools.partial(HiddenModel.side_effect, kind="random"), HiddenModel.batchnorm, HiddenModel.nested_use]
+         functools.partial(HiddenModel.side_effect, kind="random"), HiddenModel.batchnorm, HiddenModel.opaque_module, HiddenModel.nested_use]
 
 
 def hidden_case(rng: random.Random) -> Case:
