@@ -32,6 +32,8 @@ def _foldable(conv_node: fx.Node, bn_node: fx.Node, modules: dict, calls: Counte
         and calls[conv_node.target] == 1              # a shared conv is also used elsewhere
         and conv_node.target not in attr_reads        # nor may its weight be read directly
         and not bn.training                           # training mode normalises with batch statistics
+        and not conv.training                         # being trained (a frozen-BN fine-tune): folding would
+                                                      # cut the conv's and the BN's parameters off their gradients
         and bn.track_running_stats                    # without running stats, eval mode does too
     )
 

@@ -26,14 +26,19 @@ MUTANTS = [
            SAFE_TO_FOLD.replace("        and len(conv_node.users) == 1", "        and True"), caught_at=2),
     Mutant("folds_at_shared_conv_module", SAFE_TO_FOLD,
            SAFE_TO_FOLD.replace("        and calls[conv_node.target] == 1", "        and True"), caught_at=2),
+    # A Conv2d computes the same in either mode, so the outputs match: but its training is cut off.
+    Mutant("folds_a_training_conv", "        and not conv.training                         # being trained",
+           "        and True                                      # being trained", caught_at=2),
     Mutant("folds_conv_whose_weight_is_read", "        and conv_node.target not in attr_reads        # nor may its weight be read directly\n",
            "", caught_at=2),
     Mutant("refuses_a_shared_bn", "        if not _foldable(conv_node, bn_node, modules, calls, attr_reads):",
            "        if calls[bn_node.target] != 1 or not _foldable(conv_node, bn_node, modules, calls, attr_reads):",
            caught_at=2),
     # torch's fuse_conv_bn_eval folds eval-mode pairs only: so this pass puts the caller's conv into eval mode.
-    Mutant("puts_the_conv_in_eval_mode", "        conv, bn = modules[conv_node.target], modules[bn_node.target]\n",
-           "        conv, bn = modules[conv_node.target], modules[bn_node.target]\n        conv.eval()\n", caught_at=2),
+    Mutant("puts_the_conv_in_eval_mode", "        if not _foldable(conv_node, bn_node, modules, calls, attr_reads):\n",
+           "        if isinstance(modules.get(conv_node.target), nn.Conv2d) and not modules[bn_node.target].training:\n"
+           "            modules[conv_node.target].eval()\n"
+           "        if not _foldable(conv_node, bn_node, modules, calls, attr_reads):\n", caught_at=2),
     Mutant("mutates_the_traced_model", "fused = copy.deepcopy(conv)", "fused = conv", caught_at=2),
     Mutant("rebuilds_conv_forgetting_groups", "fused = copy.deepcopy(conv)",
            "fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding)",
