@@ -42,6 +42,7 @@ SAFE_MODULES: tuple[type[nn.Module], ...] = (
     nn.Softmax, nn.LogSoftmax,
     nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d,
     nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
+    nn.RNN, nn.GRU, nn.LSTM,
 )
 # Plain containers: rebuilt empty and refilled when a child cannot travel whole (it was traced).
 CONTAINERS = {cls.__name__: cls for cls in (nn.Module, nn.Sequential, nn.ModuleList, nn.ModuleDict)}
