@@ -38,13 +38,16 @@ class Block(nn.Module):
                  kind: str = "fuse", names: tuple[str, str] = ("weight", "bias")):
         super().__init__()
         self.kind, self.spelling, self.names = kind, spelling, names
-        setattr(self, names[0], nn.Parameter(weight))
+        setattr(self, names[0], weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight))
         # A float bias stays a plain attribute: traced as a literal argument of the add.
-        setattr(self, names[1], nn.Parameter(bias) if isinstance(bias, torch.Tensor) else bias)
+        setattr(self, names[1], bias if isinstance(bias, nn.Parameter) else
+                nn.Parameter(bias) if isinstance(bias, torch.Tensor) else bias)
 
     def forward(self, x):
         w, b = (getattr(self, name) for name in self.names)
         b = x if self.kind == "bias_is_the_input" else b  # relu(x @ w + x)
+        b = b.double() if self.kind == "bias_cast_in_forward" else b  # a node the graph knows nothing of
+        x = x[0] if self.kind == "one_sample" else x  # a vector: x @ w has no batch dimension
         matmul, bias_add, relu = (table[key] for table, key in zip((MATMULS, BIAS_ADDS, RELUS), self.spelling))
         product = matmul(x, w)
         total = torch.add(product, b, alpha=0.5) if self.kind == "add_alpha" else bias_add(product, b)
@@ -139,6 +142,25 @@ EXACT_CASES: dict[str, Case] = {
         lambda: Block(random_weight(12, 8), random_bias(8).double()), (12,), 0,
         "b is float64 and the product float32: p + b is float64 (type promotion), while p.add_(b) keeps float32 "
         "and rounds the sum. Filter the matches on dtypes: torch.result_type(p, b) must be p's dtype."),
+    "bias_cast_in_forward": case(lambda: Block(random_weight(12, 8), random_bias(8), kind="bias_cast_in_forward"), (12,), 0,
+                                 "b is self.bias.double(), computed in forward: a call_method node with no shape or "
+                                 "dtype the graph knows (no get_attr, no metadata), and here p + b is float64 while "
+                                 "p.add_(b) would stay float32. Where the graph does not tell enough, leave the site."),
+    "row_bias_on_a_vector": case(lambda: Block(random_weight(12, 8), torch.randn(1, 8) * 2, kind="one_sample"), (12,), 0,
+                                 "x is x[0], a vector whose shape the graph does not know, and b has shape (1, 8): "
+                                 "the product is (8,), and p + b grows it to (1, 8), so p.add_(b) raises. Do not "
+                                 "assume x has a batch dimension: with x's shape unknown, only a bias of at most one "
+                                 "dimension surely fits the product."),
+    "zero_dim_biases_of_other_dtypes": case(
+        lambda: net(Block(random_weight(12, 16), torch.tensor(0.25, dtype=torch.float64)),
+                    Block(random_weight(16, 8), nn.Parameter(torch.tensor(2), requires_grad=False))), (12,), 2,
+        "a 0-dim tensor does not promote a tensor of its own category: float32 + a 0-dim float64 (or int64) tensor "
+        "is float32. Ask torch.result_type(p, b), not b.dtype == p.dtype."),
+    "float_literal_on_an_integer_product": Case(
+        lambda: Block(nn.Parameter(torch.randint(-3, 4, (12, 8)), requires_grad=False), 0.5),
+        lambda batch: (torch.randint(-3, 4, (batch, 12)),), 0,
+        "the product of two int64 tensors is int64, and p + 0.5 is float32 (a float literal promotes an integer "
+        "tensor): p.add_(0.5) raises. A literal bias needs the dtype check too.", compare=outputs_match),
     "mm_with_a_literal_bias": case(spelled("torch.mm", "torch.add(p, b)", "torch.relu", bias=0.5), (12,), 2,
                                    "b is the Python number 0.5 here, which torch.add accepts and torch.addmm "
                                    "refuses (its bias must be a tensor)."),

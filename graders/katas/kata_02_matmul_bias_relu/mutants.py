@@ -50,6 +50,28 @@ assert MM_TO_ADDMM != MM_TO_ADDMM_TAIL and "TRACED_ADDMM if index" in MM_TO_ADDM
 NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n", caught_at=1)
 
 MUTANTS = [
+    # Takes a bias the graph knows nothing of (computed in forward) for one that fits.
+    Mutant("admits_an_unknown_bias",
+           "    if not isinstance(w, torch.Tensor) or w.dim() < 2 or b is None:\n        return False\n",
+           "    if not isinstance(w, torch.Tensor) or w.dim() < 2:\n        return False\n"
+           "    if b is None:\n        return True  # computed in forward: a bias it must be\n", caught_at=2),
+    # Assumes x has a batch dimension, so a (1, n) bias always fits.
+    Mutant("assumes_a_batch_dimension",
+           "        elif isinstance(b, torch.Tensor) and b.dim() > 1:\n"
+           "            return False  # x's shape is unknown: only a bias of one dimension surely aligns with the product's last\n"
+           "        else:\n"
+           "            product = torch.empty(w.shape[-1:], dtype=w.dtype, device=\"meta\")",
+           "        else:\n"
+           "            product = torch.empty((1, *w.shape[-1:]), dtype=w.dtype, device=\"meta\")  # (batch, n)",
+           caught_at=2),
+    # Compares dtypes instead of asking for the result type: a 0-dim float64 or int64 bias is refused.
+    Mutant("compares_bias_dtype", "torch.result_type(product, b) == product.dtype",
+           "getattr(b, \"dtype\", product.dtype) == product.dtype", caught_at=2),
+    # A literal bias admitted without a dtype check: 0.5 on an int64 product.
+    Mutant("admits_every_literal_bias", "    x, w, b = (_known(original_graph.owning_module, arg) for arg in match.placeholder_nodes)\n",
+           "    x, w, b = (_known(original_graph.owning_module, arg) for arg in match.placeholder_nodes)\n"
+           "    if isinstance(b, (int, float)) and isinstance(w, torch.Tensor) and w.dim() >= 2:\n"
+           "        return True  # a number broadcasts anywhere\n", caught_at=2),
     NO_OP,
     Mutant("drops_the_bias", FUSED, "torch.matmul(x, w).relu_()", caught_at=1),
     Mutant("bias_added_out_of_place", FUSED, "torch.relu_(torch.matmul(x, w) + b)", caught_at=1),
