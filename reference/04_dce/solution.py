@@ -75,9 +75,21 @@ def _module_is_pure(module: nn.Module) -> bool:
     return isinstance(module, PURE_MODULES)
 
 
+def _training(node: fx.Node) -> bool:
+    """A dropout function's `training` (torch.dropout's `train`) flag, defaults applied: False draws nothing."""
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+    except (TypeError, ValueError):  # builtins without a signature: only keywords are named
+        arguments = node.kwargs
+    return arguments.get("training", arguments.get("train", True)) is not False
+
+
 def _draws_random_numbers(node: fx.Node, modules: dict) -> bool:
     if node.op == "call_function":
-        return node.target in RANDOM_FUNCTIONS or getattr(node.target, "_nondeterministic_seeded", False)
+        random = node.target in RANDOM_FUNCTIONS or getattr(node.target, "_nondeterministic_seeded", False)
+        return random and _training(node)  # F.dropout(x, p, training=False) is the identity
     if node.op == "call_method":
         return node.target in RANDOM_METHODS
     return False  # a module call: _mutates asks whether it is known pure, draws included

@@ -216,6 +216,29 @@ EXACT_CASES: dict[str, Case] = {
         return x * 2""", 0, "an nn.Dropout in training mode draws a random mask: " + RANDOM,
         parts={"drop": lambda: nn.Dropout(0.3)}),  # a new module is in training mode
     # A random method: x.bernoulli() is a call_method node, which Node.is_impure calls pure.
+    "normal_and_poisson": case("""
+        torch.normal(x, 1.0)
+        torch.poisson(x.abs())
+        return x * 2""", 0, "torch.normal and torch.poisson draw random numbers though their names do not start with "
+        "'rand': list the random functions (or read torch.Tag.nondeterministic_seeded on their aten ops), do not "
+        "guess from names. " + RANDOM),
+    "other_batchnorm_and_dropout_modules": case("""
+        s = x.reshape(x.shape[0], 3, 2, 1)
+        self.bn(s)
+        self.drop2d(s)
+        self.alpha(x)
+        self.feature(s)
+        return x * 2""", 0, "a BatchNorm2d tracking statistics updates them in training mode as a BatchNorm1d does, and "
+        "nn.Dropout2d, nn.AlphaDropout and nn.FeatureAlphaDropout draw random numbers in training mode as nn.Dropout "
+        "does: every module of those families, not one class of each.",
+        parts={"bn": lambda: nn.BatchNorm2d(3), "drop2d": lambda: nn.Dropout2d(0.3),
+               "alpha": lambda: nn.AlphaDropout(0.3), "feature": lambda: nn.FeatureAlphaDropout(0.3)}),
+    "dropout_function_not_training": case("""
+        F.dropout(x, 0.5, training=False)
+        F.alpha_dropout(x, 0.2)
+        return x * 2""", 2, "F.dropout(x, p, training=False) returns its input and draws nothing, and F.alpha_dropout's "
+        "training defaults to False: both are dead code. Read the call's `training` argument, defaults included "
+        "(inspect.signature(...).bind(...).apply_defaults())."),
     "random_method": case("""
         p = torch.sigmoid(x)
         p.bernoulli()

@@ -58,6 +58,17 @@ MUTANTS = [
     # Round 4: a deny-list of effects (training BatchNorm, dropout modules, inplace=True) takes every other leaf
     # module for pure: a dead InstanceNorm tracking statistics, a GRU or a TransformerEncoderLayer with dropout
     # in training mode go, and the running statistics or the random stream change.
+    # A learner's deny-list: BatchNorm1d and nn.Dropout only, every other module pure.
+    Mutant("deny_list_of_batchnorm1d_and_dropout", "    if getattr(module, \"inplace\", False) is True:\n        return False\n",
+           "    if getattr(module, \"inplace\", False) is True:\n        return False\n"
+           "    if isinstance(module, nn.BatchNorm1d):\n        return not (module.training and module.track_running_stats)\n"
+           "    if isinstance(module, nn.Dropout):\n        return not module.training\n"
+           "    return True\n", caught_at=2),
+    Mutant("random_functions_by_name", "        random = node.target in RANDOM_FUNCTIONS or getattr(node.target, \"_nondeterministic_seeded\", False)\n",
+           "        name = getattr(node.target, \"__name__\", \"\")\n"
+           "        random = name.startswith(\"rand\") or \"dropout\" in name or name == \"bernoulli\"\n", caught_at=2),
+    Mutant("dropout_functions_always_draw", "        return random and _training(node)", "        return random",
+           caught_at=2),
     Mutant("modules_pure_unless_listed", "    return isinstance(module, PURE_MODULES)\n", "    return True\n",
            caught_at=2),
     Mutant("removes_random_methods", "        return node.target in RANDOM_METHODS", "        return False", caught_at=2),
