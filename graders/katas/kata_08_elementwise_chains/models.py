@@ -189,6 +189,11 @@ EXACT_CASES: dict[str, Case] = {
         lambda m, x, y: torch.div(torch.sub(y, torch.add(x, y, alpha=0.5), alpha=2), 0.3, rounding_mode="floor")
         .mul(0.25).tanh(), 9, [["add", "sub", "div", "mul", "tanh"]],
         "keep every keyword argument of every op (alpha, rounding_mode).", inputs=2),
+    "alpha_on_the_value": case(lambda m, x, y: torch.add(y, x.sigmoid() * 2, alpha=3).tanh(), 9,
+                               [["sigmoid", "mul", "add", "tanh"]],
+                               "torch.add(y, v, alpha=3) is y + 3 * v: with alpha, add does not commute, so the "
+                               "chain's value stays the second operand (v.add_(y, alpha=3) would compute v + 3 * y).",
+                               inputs=2),
     "value_by_keyword": case(value_by_keyword, 9, [["mul", "sigmoid", "add", "tanh"]],
                              "torch.sigmoid(input=v) and torch.add(input=v, other=y) pass the chain's value by keyword: "
                              "node.args is empty; read nodes from node.kwargs too (node.all_input_nodes, map_arg).",

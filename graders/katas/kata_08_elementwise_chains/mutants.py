@@ -61,6 +61,11 @@ MUTANTS = [
     # graph node inside the fused module's plan, and running it fails.
     Mutant("plans_positional_arguments_only", "map_arg(node.kwargs, to_template)))", "dict(node.kwargs)))",
            caught_at=2),
+    # "add and mul commute": puts the chain's value first, alpha= or not (torch.add(y, v, alpha=3) is y + 3v).
+    Mutant("commutes_add_with_alpha", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)))",
+           "(lambda a: a[::-1] if elementwise_kind(node, modules) in ('add', 'mul') and len(a) == 2 "
+           "and a[1] is CHAIN_VALUE else a)(map_arg(node.args, to_template)), map_arg(node.kwargs, to_template)))",
+           caught_at=2),
     Mutant("orders_chains_by_name", "    return chains\n", "    return sorted(chains, key=lambda c: c[0].name)\n",
            caught_at=2),
     Mutant("inserts_fused_node_at_head", "with gm.graph.inserting_before(tail):",
