@@ -61,6 +61,10 @@ def run_case(ctx: Context, name: str, case: Case) -> dict:
         if report[key] != truth:
             raise CheckFailed(f"verify_pass{called_with} said {key}={report[key]} for the pass `{label}`, but {key} "
                               f"is {truth}: {case.extra['why']}." + (f" Hint: {case.hint}" if case.hint else ""))
+    if case.extra.get("speedup_nan") and not math.isnan(report["speedup"]):
+        raise CheckFailed(f"verify_pass said speedup={report['speedup']!r} for the pass `{label}`, whose transformed "
+                          "model cannot run the example: no ratio exists, so speedup is nan (float('nan')), not a "
+                          "number a table would rank. Hint: when timing raises, report float(\"nan\").")
     if changed := [n for n, t in pristine.state_dict().items() if not torch.equal(t, model.state_dict()[n])]:
         raise CheckFailed(f"after verify_pass ran the pass `{label}`, the model it was given has changed "
                           f"({', '.join(changed)}): run the pass on a deep copy, never on the caller's model.")

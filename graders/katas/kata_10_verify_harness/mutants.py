@@ -7,7 +7,7 @@ subtlety is itself tested).
 
 There is no NO_OP here: the learner's function is a verifier, not a pass, so "changes nothing" has no
 meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE), is an ordinary mutant
-caught at level 3 (the shared no-op test expects one speed check; this kata has three), and what
+(caught at level 2 now: it reports 1.0 for a pass whose model cannot run, where the speedup is nan), and what
 bench/speed_fidelity.py grades as this kata's no-op (SPEED_NO_OP).
 """
 from graders.run import Mutant
@@ -28,7 +28,7 @@ BACK_TO_BACK_NEW = """            bases = [chunk(baseline) for _ in range(TIMING
 SAMPLES = "    samples = [example_inputs, *draw_samples(example_inputs, n_samples)]\n"
 SPEEDUP_ALWAYS_ONE = Mutant("speedup_always_one",
                             'report["speedup"] = time_ratio(baseline, transformed, example_inputs)',
-                            'report["speedup"] = 1.0', caught_at=3)
+                            'report["speedup"] = 1.0', caught_at=2)
 
 MUTANTS = [
     Mutant("one_sample_only", SAMPLES, "    samples = [example_inputs]\n", caught_at=2),
@@ -66,7 +66,7 @@ MUTANTS = [
            "parameter_count(transformed) == parameter_count(original)", caught_at=1),
     Mutant("speedup_inverted", "ratios.append(base / cand)", "ratios.append(cand / base)", caught_at=3),
     Mutant("times_the_original_against_itself", "time_ratio(baseline, transformed, example_inputs)",
-           "time_ratio(baseline, original, example_inputs)", caught_at=3),
+           "time_ratio(baseline, original, example_inputs)", caught_at=2),
     SPEEDUP_ALWAYS_ONE,
     Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
     Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
@@ -80,6 +80,13 @@ MUTANTS = [
     # Draws in float32 and casts to the example's dtype: float64 inputs that hold only float32 values.
     Mutant("draws_in_float32_precision", "dtype=t.dtype, device=t.device) for t", "device=t.device).to(t.dtype) for t",
            caught_at=2),
+    Mutant("speedup_zero_when_it_cannot_run", 'report["speedup"] = float("nan")', 'report["speedup"] = 0.0',
+           caught_at=2),
+    # Gradients compared at a fixed loose tolerance, the outputs at the caller's.
+    Mutant("fixed_gradient_tolerance",
+           "        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef graph_is_valid(",
+           "        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # gradients are noisier\n"
+           "    return True\n\n\ndef graph_is_valid(", caught_at=2),
     Mutant("fixed_tolerances",
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'
@@ -112,5 +119,7 @@ CAUGHT_BY = {
     "none_gradient_is_a_mismatch": "removes_a_term_times_zero",
     "draws_float32_inputs": "float64_model",
     "draws_in_float32_precision": "float64_input_rounded_through_float32",
+    "speedup_zero_when_it_cannot_run": "breaks_node_order",
+    "fixed_gradient_tolerance": "tighter_tolerance_float64",
     "fixed_tolerances": "looser_tolerance_tanh_gelu",
 }
