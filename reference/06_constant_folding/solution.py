@@ -39,6 +39,9 @@ def _name(node: fx.Node) -> str:
 
 def _written_by(node: fx.Node) -> list:
     """The arguments `node` writes into: empty for a node that writes nothing in place."""
+    if node.op == "call_module":  # a module built with inplace=True (nn.ReLU(inplace=True)) writes its input
+        module = node.graph.owning_module.get_submodule(node.target)
+        return [node.args[0]] if getattr(module, "inplace", False) is True and node.args else []
     if not _is_call(node):
         return []
     name = _name(node)

@@ -61,6 +61,10 @@ def size_cap(m, x):  # w: 256 KiB when n = 256
     small = m.v.repeat(2, 1)           # 32 KiB: folds
     return x @ tiled.t(), torch.matmul(spread, x.t()), x @ small.t()
 
+def written_by_an_inplace_module(m, x):  # nn.ReLU(inplace=True) writes the buffer it is given, on every call
+    m.act(m.state)
+    return x * m.state.exp()
+
 def multiple_outputs(m, x):
     q, k = m.qk.chunk(2, dim=0)
     top, where = torch.max(m.w, dim=1)
@@ -159,6 +163,13 @@ EXACT_CASES: dict[str, Case] = {
     "size_cap": case(lambda: Program(size_cap, w=param(256, 256), v=param(16, 256)), (256,), 2,
         "self.w.repeat(8, 1) and self.w.expand(8, ...) are 2 MiB from a 256 KiB weight: over the cap (a result folds "
         "only if at most max(1048576 bytes, 4 x its tensor inputs)). Only self.v.repeat(2, 1) and its .t() fold."),
+    "result_exactly_at_the_cap": case(lambda: Program(lambda m, x: x @ m.w.repeat(4, 1).t(), w=param(128, 512)), (512,), 2,
+        "self.w.repeat(4, 1) is exactly 1 MiB, and exactly 4 x its 256 KiB input: the cap is *at most* "
+        "max(1048576 bytes, 4 x its tensor inputs), so it folds (and so does the .t() of it)."),
+    "buffer_written_by_an_inplace_module": case(
+        lambda: Program(written_by_an_inplace_module, state=torch.randn(6), act=nn.ReLU(inplace=True)), (6,), 0,
+        "self.act is nn.ReLU(inplace=True): calling it on self.state writes the buffer, so self.state.exp() is not "
+        "constant. A call_module node of a module built with inplace=True writes its input as add_ does."),
     "multiple_outputs": case(lambda: Program(multiple_outputs, qk=param(12, 6), w=param(6, 6)), (6,), 8,
         "chunk and torch.max return tuples: fold them with their getitem nodes and store each tensor that a runtime "
         "node or the output reads."),
