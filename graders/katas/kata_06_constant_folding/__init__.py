@@ -76,6 +76,25 @@ def plain_tensors_under_autograd(run: Run) -> None:
                      "backward runs.")
 
 
+def stored_as_state(run: Run) -> None:
+    """Bit for bit as usual; then every value the pass stored is a buffer (or a frozen parameter), so `.to()`,
+    `.double()` and `.cuda()` move it with the module."""
+    assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=FOLD.label, hint=run.case.hint,
+                         graphs=(run.before, run.gm))
+    state = {name for name, _ in [*run.gm.named_parameters(), *run.gm.named_buffers()]}
+    for node in run.gm.graph.find_nodes(op="get_attr"):
+        if node.target not in state and isinstance(reduce(getattr, node.target.split("."), run.gm), torch.Tensor):
+            run.fail(f"fold_constants stored `{node.target}` as a plain tensor attribute: `.to(torch.float64)`, "
+                     "`.double()` or `.cuda()` move a module's parameters and buffers, not its plain attributes, so "
+                     "after `gm.double()` it would stay float32 on its device.",
+                     hint="store a folded value with gm.register_buffer(name, value, persistent=False).")
+
+
+EXACT_CASES["folded_values_are_buffers"] = case(
+    lambda: Program(lambda m, x: x @ (m.w * 2).t(), w=param(6, 6)), (6,), 2,
+    "a stored value must move with the module (.to(), .double(), .cuda()): a buffer (non-persistent: derived "
+    "from the state_dict, not part of it).", compare=stored_as_state)
+
 EXACT_CASES["autograd_after_folding"] = case(
     lambda: Program(lambda m, x: x * m.w.exp() + m.w.sin(), w=param(6)), (6,), 2,
     "evaluate constants under torch.no_grad() (not torch.inference_mode()) and store value.detach(): a stored "

@@ -36,6 +36,8 @@ MUTANTS = [
     Mutant("cleans_up_with_eliminate_dead_code", ERASE_LOOP,
            "    calls_before = sum(_is_call(n) for n in graph.nodes)\n    graph.eliminate_dead_code()\n"
            "    folded = calls_before - sum(_is_call(n) for n in graph.nodes)\n", caught_at=2),
+    Mutant("stores_plain_attributes", "        gm.register_buffer(name, values[node], persistent=False)",
+           "        setattr(gm, name, values[node])", caught_at=2),
     Mutant("size_cap_exclusive", "if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):",
            "if _nbytes(value) < max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):", caught_at=2),
     # Writes are looked for in call_function and call_method nodes only: nn.ReLU(inplace=True) writes unseen.
