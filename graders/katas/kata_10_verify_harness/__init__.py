@@ -135,7 +135,17 @@ def interleaved_timing(ctx: Context):
     hook = CallLog(torch.abs(torch.flatten(inputs[0], 1)))
     model.fc1.register_forward_pre_hook(hook)
     # The log is watched: isolated, the calls happen in the worker and the log comes back as data.
-    report, elapsed, called = verify(ctx, model, tags_the_transformed_copy, inputs, watch=(hook.calls,))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # not the grading's 1: a verifier that sets 1 to time and never restores it shows
+    try:
+        report, elapsed, called = verify(ctx, model, tags_the_transformed_copy, inputs, watch=(hook.calls,))
+        left = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    if not ctx.session.isolate and left != 2:  # isolated, the worker's threads are its own
+        raise CheckFailed(f"verify_pass was called with torch's thread count at 2 and left it at {left}: a caller's "
+                          "setting is the caller's. Hint: set one thread for the timing, and restore the count "
+                          "you found in a finally block.")
     log = called.watched[0]
     figures = {"verify_pass_s": round(elapsed, 2)}
     for side in ("original", "transformed"):

@@ -69,6 +69,9 @@ MUTANTS = [
            "time_ratio(baseline, original, example_inputs)", caught_at=2),
     SPEEDUP_ALWAYS_ONE,
     Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
+    # Sets one thread for the timing and leaves it so: the caller's setting is lost.
+    Mutant("leaves_one_thread", "    finally:\n        torch.set_num_threads(threads)\n    return statistics.median(ratios)",
+           "    finally:\n        pass\n    return statistics.median(ratios)", caught_at=3),
     Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
     # Gradients of sum(outputs): a backward that permutes the incoming gradient sees a permuted all-ones, all-ones.
     Mutant("cotangent_of_ones", "cotangents = [torch.randn_like(o) for o", "cotangents = [torch.ones_like(o) for o",
@@ -115,6 +118,7 @@ CAUGHT_BY = {
     "times_the_original_against_itself": "dead_code_speedup",
     "speedup_always_one": "dead_code_speedup",
     "times_back_to_back": "interleaved_timing",
+    "leaves_one_thread": "interleaved_timing",
     "cotangent_of_ones": "backward_permutes_the_gradient",
     "none_gradient_is_a_mismatch": "removes_a_term_times_zero",
     "draws_float32_inputs": "float64_model",
