@@ -192,6 +192,41 @@ def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
                e["pid"] != first["pid"] for e in log)
 
 
+def test_a_lost_scheduler_stops_the_run_and_a_resume_grades_the_rest(tmp_path, processes):
+    """SIGKILL the scheduler once a job is graded: score.py stops (exit 3) with a sentence naming the run to
+    resume, stores no team's result and writes no leaderboard, and saves no verdict for the jobs it lost;
+    resumed on a new scheduler, it grades only those, to the points a run without the fault gives. (Before, the
+    lost jobs were saved as "crashed in 0s", stored as each team's run, and a resume found nothing to grade.)"""
+    cluster = Cluster(processes, tmp_path)
+    cluster.add_worker("w1", threads=1)
+    subs = submissions(tmp_path, THREE_TEAMS)
+    cluster.wait_for_workers(1)
+    organiser = processes(score_command(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address),
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "FX_KATAS_MACHINE_LOCK": str(tmp_path / "machine.lock")})
+    wait_for(lambda: any(e["event"] == "end" for e in job_log(cluster.log)), 180, "a graded job")
+    os.killpg(cluster.scheduler.pid, signal.SIGKILL)
+    out, err = organiser.communicate(timeout=300)
+    assert organiser.returncode == 3, (out, err)
+    run = out.split("--resume ")[1].split(")")[0]
+    assert "Stopped: the fleet's scheduler was lost" in err and f"--resume {run} --cluster {cluster.address}" in err, err
+    assert not (tmp_path / "LEADERBOARD.md").exists() and not list((tmp_path / "results").glob("*/*.json"))
+    saved = {(p.parent.name, p.name.split(".")[0]): json.loads(p.read_text())
+             for p in (tmp_path / "results" / ".runs" / run / "jobs").glob("*/[!.]*.json")}
+    assert len(saved) < len(THREE_TEAMS) * len(KATAS) and not [k for k, r in saved.items() if "crashed" in json.dumps(r)]
+    second = tmp_path / "second"
+    second.mkdir()
+    again = Cluster(processes, second)
+    again.add_worker("w2")
+    again.wait_for_workers(1)
+    proc, runs = score(tmp_path, subs, "--resume", run, "--cluster", again.address, name="resumed")
+    assert points(runs) == {"ada": {"04_dce": 80.0, "05_cse": 80.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
+                            "cy": {"04_dce": 80.0, "05_cse": 0.0}}, proc.stderr
+    graded_again = {(e["team"], e["kata"]) for e in job_log(again.log) if e["event"] == "end"}
+    assert graded_again == {(team, kata) for team in THREE_TEAMS for kata in KATAS} - set(saved), (graded_again, saved)
+    assert "| ada " in (tmp_path / "LEADERBOARD.md").read_text()
+
+
 def lock_replay(path) -> tuple[list, int]:
     """Replay a machine lock's log, in the order its holders wrote it (each line is written while the lock
     is held, so the file's order is the lock's): the times a timed stretch held the lock beside another

@@ -161,13 +161,20 @@ def main(argv=None) -> int:
             trees = stage_submissions(args.submissions, available, Path(staging))
             print(f"Grading {len(trees)} teams from {args.submissions} on {args.device}, one secret seed for all; "
                   f"run {folder.run} (if this process dies: --resume {folder.run}).", flush=True)
-            from graders.competition.fleet import Fleet  # here: a learner's run needs no Dask
+            from graders.competition.fleet import Fleet, FleetLost  # here: a learner's run needs no Dask
 
-            with Fleet(args.cluster, timing_host=args.timing_host, device=args.device, threads=args.threads,
-                       kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs,
-                       check_timeout=args.check_timeout) as fleet:
-                graded = grade_teams(fleet, {team: read_files(tree) for team, tree in trees.items()}, available,
-                                     seed, not args.no_speed, folder)
+            try:
+                with Fleet(args.cluster, timing_host=args.timing_host, device=args.device, threads=args.threads,
+                           kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs,
+                           check_timeout=args.check_timeout) as fleet:
+                    graded = grade_teams(fleet, {team: read_files(tree) for team, tree in trees.items()}, available,
+                                         seed, not args.no_speed, folder)
+            except FleetLost as lost:
+                again = " ".join(["--resume", folder.run] + (["--cluster", args.cluster] if args.cluster else []))
+                print(f"Stopped: {lost}. Nothing was stored as a team's result and {args.leaderboard} is unchanged; "
+                      f"the jobs graded before are kept in run {folder.run}. Start the scheduler and its workers "
+                      f"again, then run the same command with {again} to grade the rest.", file=sys.stderr, flush=True)
+                return 3
         else:
             trees = {args.team or "": args.solutions}
             print(f"Grading {args.solutions} on {args.device} with seed {seed} (reproduce with --seed {seed}).", flush=True)

@@ -17,6 +17,8 @@ and the seed; the worker machine grades it in processes of its own and sends bac
   machines grading it more than the scheduler allows (distributed.scheduler.allowed-failures, 3) comes back
   as "crashed the grader", with a reason. A machine at another project version refuses its jobs; they go
   to the other machines, or fail with its sentence when none is left.
+- A lost scheduler is no verdict: `run_jobs` raises `FleetLost` (the jobs graded before it stay saved by
+  the caller, and a resumed run grades the others); no job is reported as crashed for it.
 
 May import: graders.frame, graders.batch, graders.competition (jobs).
 """
@@ -31,6 +33,15 @@ from dataclasses import dataclass, field
 from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise_phases
 from graders.competition.jobs import PHASES, did_not_load, grade_job, make_job, speed_not_run, warm_up
 from graders.frame.levels import CheckResult
+
+
+class FleetLost(RuntimeError):
+    """The fleet itself failed (its scheduler lost): the jobs still pending have no verdict."""
+
+
+# What future.result() raises when the client lost its scheduler (the futures are cancelled with the reason
+# "scheduler-connection-lost") or its connection: the fleet's failure, never a solution's.
+LOST = ("FutureCancelledError", "CancelledError", "CommClosedError")
 
 
 @dataclass
@@ -147,6 +158,9 @@ class Fleet:
                         flow.add(again)
                         continue
                     result = {"failed": failed_grading("refused", sentence)}
+                elif type(exc).__name__ in LOST or self.client.status not in ("running", "connecting"):
+                    raise FleetLost(f"the fleet's scheduler was lost ({type(exc).__name__}: {exc}) with "
+                                    f"{len(pending) + 1} job(s) still to grade") from exc
                 else:
                     result = {"failed": failed_grading("crashed", f"the grading job failed: {type(exc).__name__}: {exc}")}
             finally:
