@@ -312,12 +312,16 @@ def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processe
     (saved / "ada").mkdir(exist_ok=True)
     (saved / "ada" / ".tmp-killed.json").write_text('{"team": "ada", "kata": "05_cse", "phase": "correctness", "resu')
     log.rename(tmp_path / "jobs.before.log")
+    # cy finishes 05_cse meanwhile: the result saved for its stub no longer describes its file
+    (subs / "cy" / "05_cse" / "solution.py").write_bytes((REPO_ROOT / "reference" / "05_cse" / "solution.py").read_bytes())
     proc, runs = score(tmp_path, subs, "--resume", run, env={"FX_KATAS_JOB_LOG": str(log)}, name="resumed")
     again = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "start"}
     everything = {(team, kata) for team in THREE_TEAMS for kata in KATAS}
-    assert again == everything - stored, (again, stored)
-    assert f"Resuming run {run}: {len(stored)} of 6 jobs already graded" in proc.stderr
+    assert again == everything - stored | {("cy", "05_cse")}, (again, stored)
+    assert f"Resuming run {run}: {len(stored) - 1} of 6 jobs already graded" in proc.stderr
+    assert f"cy 05_cse: its solution file is not the one run {run} graded" in proc.stderr
     assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0} and len({r["seed"] for r in runs.values()}) == 1
+    assert points(runs)["cy"] == {"04_dce": 80.0, "05_cse": 80.0}  # its files' points, beside its files' hash
     assert before >= stored - STUBS
 
 

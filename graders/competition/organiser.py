@@ -32,9 +32,13 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
                 folder: RunFolder) -> dict[str, dict[str, dict]]:
     """Grade every kata of every team on the fleet (graders/competition/fleet.py); returns results[team][kata].
 
-    Each job's result is saved in the run folder as it arrives; a job saved there already (a resumed run)
-    is not graded again. Progress: a line per job (team, kata, points, seconds, machine)."""
-    saved = folder.saved()
+    Each job's result is saved in the run folder as it arrives, with the hash of the file it graded; a job
+    saved there already for the same file (a resumed run) is not graded again, one whose file changed is. Progress: a line per job (team, kata, points, seconds, machine)."""
+    sources = {(team, kata): files[team].get(f"{kata}/solution.py") for team in files for kata in katas}
+    saved = folder.saved(sources)
+    for team, kata in sorted({(team, kata) for team, kata, _ in folder.saved()} - {(t, k) for t, k, _ in saved}):
+        print(f"{team} {kata}: its solution file is not the one run {folder.run} graded; its saved result is "
+              "dropped and it is graded again.", file=sys.stderr, flush=True)
     phases = fleet.phases(speed)
     first = phases[0]
     total = len(files) * len(katas) * len(phases)
@@ -65,13 +69,13 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
                 jobs.append(Job(team, kata, "speed", files[team], speed))
             else:
                 found["speed"] = speed_not_run(kata, reason)
-                folder.save(team, kata, "speed", found["speed"])
+                folder.save(team, kata, "speed", found["speed"], sources[(team, kata)])
                 done[0] += 1
     if saved:
         print(f"Resuming run {folder.run}: {done[0]} of {total} jobs already graded; grading the other {total - done[0]}.",
               file=sys.stderr, flush=True)
     for job, result in fleet.run_jobs(jobs, seed):
-        folder.save(job.team, job.kata, job.phase, result)
+        folder.save(job.team, job.kata, job.phase, result, sources[(job.team, job.kata)])
         parts[(job.team, job.kata)][job.phase] = result
         report(job.team, job.kata, job.phase, result)
     graded: dict[str, dict[str, dict]] = {team: {} for team in files}

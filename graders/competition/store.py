@@ -127,19 +127,30 @@ class RunFolder:
     def _file(self, team: str, kata: str, phase: str) -> Path:
         return self.path / "jobs" / safe_team_dir(team) / f"{kata}.{phase}.json"
 
-    def save(self, team: str, kata: str, phase: str, result: dict) -> None:
+    def save(self, team: str, kata: str, phase: str, result: dict, source: bytes | None = None) -> None:
+        """Keep a job's result, with the hash of the solution file it graded (`source`)."""
         self._file(team, kata, phase).parent.mkdir(parents=True, exist_ok=True)
-        _write(self._file(team, kata, phase), {"team": team, "kata": kata, "phase": phase, "result": result})
+        _write(self._file(team, kata, phase), {"team": team, "kata": kata, "phase": phase, "result": result,
+                                               "source": source_hash(source)})
 
-    def saved(self) -> dict[tuple[str, str, str], dict]:
+    def saved(self, sources: dict[tuple[str, str], bytes | None] | None = None) -> dict[tuple[str, str, str], dict]:
+        """The results saved so far; given the solution files now (`sources`: (team, kata) -> bytes), only those
+        saved for the very same file (a team whose file changed since is graded again)."""
         found = {}
         for path in _json_files(self.path / "jobs"):
             try:
                 entry = json.loads(path.read_text())
-                found[(entry["team"], entry["kata"], entry["phase"])] = entry["result"]
+                team, kata = entry["team"], entry["kata"]
+                if sources is not None and "source" in entry and entry["source"] != source_hash(sources.get((team, kata))):
+                    continue
+                found[(team, kata, entry["phase"])] = entry["result"]
             except (OSError, ValueError, KeyError):
                 continue  # half written when the organiser died: graded again
         return found
+
+
+def source_hash(source: bytes | None) -> str | None:
+    return None if source is None else hashlib.sha256(source).hexdigest()
 
 
 def _json_files(folder: Path) -> list[Path]:
