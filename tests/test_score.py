@@ -181,6 +181,18 @@ def _store_and_regenerate(results_dir, team):
         regenerate(results_dir, results_dir / "LEADERBOARD.md")
 
 
+def test_teams_whose_names_differ_only_in_unsafe_characters_keep_their_own_results(tmp_path):
+    from graders.competition.store import RunFolder, safe_team_dir
+
+    names = ["team a", "team_a", "team/a", "team_a_"]
+    assert len({safe_team_dir(name) for name in names}) == len(names) and safe_team_dir("team_a") == "team_a"
+    folder = RunFolder.create(tmp_path, {"seed": 1})
+    for points, name in enumerate(names):
+        folder.save(name, "04_dce", "all", {"points": points}, b"a solution")
+    assert {team: result["points"] for (team, _, _), result in folder.saved().items()} == {
+        name: points for points, name in enumerate(names)}
+
+
 def test_concurrent_runs_lose_no_row(tmp_path):
     teams = [f"team{i}" for i in range(8)]
     with multiprocessing.get_context("spawn").Pool(4) as pool:

@@ -52,10 +52,12 @@ def validate(run: dict, source: str) -> dict:
 
 
 def safe_team_dir(team: str) -> str:
+    """A folder name for `team`: the name itself where it is a safe one, else its safe characters and a hash of
+    the name ("team a" and "team_a" get folders of their own: one would overwrite the other's saved results)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", team).strip("._")
     if not slug:
         raise ValueError(f"team name {team!r} has no letters or digits")
-    return slug
+    return slug if slug == team else f"{slug}-{hashlib.sha256(team.encode()).hexdigest()[:8]}"
 
 
 @contextmanager
