@@ -159,6 +159,10 @@ def test_a_real_cluster_grades_every_job_once_on_both_workers_and_times_on_the_t
     assert all(bool(result["machine"]) == ((team, kata) not in STUBS)
                for team, run in remote_runs.items() for kata, result in run["katas"].items())
     assert all(remote_runs[t]["katas"][k]["machines"]["speed"]["host"] for t, k in [("ada", "04_dce"), ("ada", "05_cse")])
+    # two workers on one host: each result names its worker too
+    assert {remote_runs[t]["katas"][k]["machines"]["speed"]["worker"] for t, k in [("ada", "04_dce"), ("ada", "05_cse")]} \
+        == {"w2"}
+    assert "(worker w2)" in remote.stderr
     assert all("still the stub" in remote_runs[team]["katas"][kata]["message"] for team, kata in STUBS)
     assert "ada 04_dce (levels 1, 2, 4): 80.0 points in" in remote.stderr and " on " in remote.stderr  # progress: ... on HOST
     assert "| ada " in (tmp_path / "LEADERBOARD.md").read_text()

@@ -76,10 +76,24 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-@cache
 def machine(device: str = "cpu") -> dict:
-    """The machine a job ran on: its host name and the CPU or GPU model it timed with."""
+    """The machine a job ran on: its host name, the Dask worker (two workers may share a host) and the CPU or
+    GPU model it timed with."""
+    return {**_host(device), "worker": _worker_name()}
+
+
+@cache
+def _host(device: str) -> dict:
     return {"host": socket.gethostname(), "device": device, "device_name": device_name(device)}
+
+
+def _worker_name() -> str | None:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):  # not in a Dask worker's task
+        return None
 
 
 def make_job(team: str, kata: str, files: dict[str, bytes], phase: str, seed: int, *, speed: bool = True,

@@ -49,7 +49,8 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
         done[0] += 1
         failed = result.get("failed")
         points = failed["status"] if failed else f"{sum(r['points'] for r in result['records']):.1f} points"
-        where = f" on {result['machine']['host']}" if result.get("machine") else ""
+        machine = result.get("machine") or {}
+        where = f" on {machine['host']}" + (f" (worker {machine['worker']})" if machine.get("worker") else "") if machine else ""
         who = f"{team} " if len(files) > 1 or team else ""
         print(f"[{done[0]}/{total}] {who}{kata}{what[phase]}: {points} in {result.get('seconds') or 0:.0f}s{where}",
               file=sys.stderr, flush=True)
