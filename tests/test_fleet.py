@@ -282,11 +282,38 @@ def test_the_replay_catches_a_timing_beside_other_grading(tmp_path):
     assert len(beside) == 1 and together == 1
 
 
+def clone_of_the_grading_files(other):
+    """The files a grading process imports or collects (graders/competition/jobs.py, grading_files), copied."""
+    from graders.competition.jobs import grading_files
+
+    for path in grading_files():
+        (other / path.relative_to(REPO_ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, other / path.relative_to(REPO_ROOT))
+
+
+def test_the_project_version_covers_what_a_grading_process_imports_or_collects(tmp_path):
+    """A worker clone that drops L3 and L4 from a kata's test file would report 60 points as full marks: its
+    version differs, as for graders/, the root conftest.py and pyproject.toml; a learner's solution.py does not count."""
+    from graders.competition.jobs import project_version
+
+    clone_of_the_grading_files(tmp_path)
+    (tmp_path / "katas" / "03_conv_bn" / "solution.py").write_text("# a solution: not part of the version\n")
+    first = project_version(tmp_path)
+    assert first == project_version(REPO_ROOT)
+    for edited in ("graders/frame/levels.py", "katas/03_conv_bn/test_03_conv_bn.py", "conftest.py", "pyproject.toml"):
+        path = tmp_path / edited
+        before = path.read_bytes()
+        path.write_bytes(before + b"\n# a later commit\n")
+        assert project_version(tmp_path) != first, edited
+        path.write_bytes(before)
+    assert project_version(tmp_path) == first
+
+
 def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
     other = tmp_path / "other-clone"
-    shutil.copytree(REPO_ROOT / "graders", other / "graders", ignore=shutil.ignore_patterns("__pycache__"))
-    (other / "graders" / "frame" / "levels.py").write_text(
-        (other / "graders" / "frame" / "levels.py").read_text() + "\n# a later commit\n")
+    clone_of_the_grading_files(other)
+    test_file = other / "katas" / "03_conv_bn" / "test_03_conv_bn.py"  # L3 and L4 dropped: 60 points as full marks
+    test_file.write_text(test_file.read_text().replace("test_L3_fast, test_L4_hidden =", "_, _ ="))
     cluster = Cluster(processes, tmp_path)
     cluster.add_worker("stale", root=other)
     subs = submissions(tmp_path, {"ada": {"04_dce": EDITED_STUB}})
@@ -294,7 +321,8 @@ def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
     proc, runs = score(tmp_path, subs, "--no-speed", "--cluster", cluster.address, katas=["04_dce"])
     result = runs["ada"]["katas"]["04_dce"]
     assert result["status"] == "refused" and result["points"] == 0
-    assert "refuses ada's 04_dce: its project version (hash of graders/) is" in result["message"]
+    assert "refuses ada's 04_dce: its project version (hash of graders/, conftest.py, pyproject.toml and the katas' " \
+        "test files) is" in result["message"]
     assert "REFUSED: worker tcp://127.0.0.1:" in proc.stderr and "check out the organiser's commit" in proc.stderr
 
 

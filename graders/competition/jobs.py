@@ -55,12 +55,20 @@ class WrongVersion(RuntimeError):
 
 
 @cache
-def project_version() -> str:
-    """A hash of every file under graders/ (the graders, kata declarations and manifests)."""
+def grading_files(root: Path = REPO_ROOT) -> list[Path]:
+    """Everything a grading process imports or collects: graders/ (the graders, kata declarations and manifests),
+    the root conftest.py (it loads the graders' pytest plugin), pyproject.toml (pytest's settings) and each kata's
+    test file; not the learner's solution.py, nor the READMEs."""
+    graders = [p for p in (root / "graders").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+               and p.suffix not in (".pyc", ".pyo")]
+    others = [root / "conftest.py", root / "pyproject.toml", *root.glob("katas/*/test_*.py"), *root.glob("katas/*/conftest.py")]
+    return sorted([*graders, *(p for p in others if p.is_file())])
+
+
+def project_version(root: Path = REPO_ROOT) -> str:
+    """A hash of the grading files (their paths and bytes): a worker grades only jobs of its own version."""
     digest = hashlib.sha256()
-    root = REPO_ROOT / "graders"
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                       and p.suffix not in (".pyc", ".pyo")):
+    for path in grading_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -145,8 +153,9 @@ def grade_job(job: dict) -> dict:
     if job["version"] != mine:
         raise WrongVersion(
             f"worker {address} on {here['host']} refuses {job['team']}'s {job['kata']}: its project version "
-            f"(hash of graders/) is {mine[:12]}, the organiser's is {job['version'][:12]}; check out the "
-            f"organiser's commit there, run `uv sync` and start its worker again.")
+            f"(hash of graders/, conftest.py, pyproject.toml and the katas' test files) is {mine[:12]}, the "
+            f"organiser's is {job['version'][:12]}; check out the organiser's commit there, run `uv sync` and start "
+            f"its worker again.")
     kata, levels = job["kata"], PHASES[job["phase"]]
     if kata not in KATAS:
         raise ValueError(f"unknown kata {kata!r}")
