@@ -84,3 +84,40 @@ def test_timed_stretches_run_inside_what_was_registered():
     finally:
         timing.run_alone_with(previous)
     assert entered == ["in", "timing", "out"]
+
+
+def implausible_verdict(monkeypatch, readings: list[float]):
+    """assert_speedup on a plain model, the clock replaced by `readings` (one median per measurement)."""
+    import torch
+
+    from graders.frame.levels import CheckFailed
+    from graders.run.timing import Speedup, assert_speedup
+
+    taken = []
+
+    def measure(baseline, candidate, inputs, **options):
+        taken.append(options)
+        median = readings[len(taken) - 1]
+        return Speedup(median, median, median, 1.0, 1.0 / median, 3)
+
+    monkeypatch.setattr(timing, "measure_speedup", measure)
+    ctx = SimpleNamespace(device=torch.device("cpu"), threads=1)
+    try:
+        return assert_speedup(ctx, lambda x: x + 1, lambda x: x + 1, lambda: (torch.randn(4),), {"cpu": 1.1},
+                              what="the pass", hint="-"), taken
+    except CheckFailed as failure:
+        return failure, taken
+
+
+def test_an_implausible_reading_is_timed_again_before_it_disqualifies(monkeypatch):
+    """The ceiling here is 4.4x (4 x the 1.1x threshold). One implausible early-stopped reading then a
+    plausible full one: the second is judged, the first kept beside it; implausible twice: disqualified,
+    both readings and the machine's load in the sentence."""
+    figures, taken = implausible_verdict(monkeypatch, [20.0, 1.5])
+    assert figures["speedup"] == 1.5 and figures["first_speedup"] == 20.0 and "load_average" in figures
+    assert taken[0]["accept"] == (1.1, math.inf) and "accept" not in taken[1]  # the second times every round
+    failure, taken = implausible_verdict(monkeypatch, [20.0, 18.0])
+    assert failure.figures["disqualified"] and failure.figures["first_speedup"] == 20.0 and len(taken) == 2
+    assert "is 18.00x" in str(failure) and "read 20.00x" in str(failure) and "load average was" in str(failure)
+    figures, taken = implausible_verdict(monkeypatch, [2.0])
+    assert figures["speedup"] == 2.0 and "first_speedup" not in figures and len(taken) == 1

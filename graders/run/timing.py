@@ -5,6 +5,7 @@ May import: graders.frame, graders.run.numerics.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -204,11 +205,20 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
                 f"({_megabytes(max_bytes_fraction * before)}), counted exactly, not timed. Hint: {hint}",
                 {**costs, "device": ctx.device.type},
             )
+    allowed = costs["fresh_bytes_ratio"] if ideal is None else ideal
+    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * allowed),
+                  IMPLAUSIBLE_ALWAYS * threshold)
     speed = measure_speedup(baseline, candidate, inputs, threads=ctx.threads, accept=(threshold, math.inf))
+    first = None
+    if speed.median > ceiling:
+        # Disqualifying takes more evidence than failing (a loaded machine can read an honest pass far too fast
+        # in a few early-stopped rounds): time again, every round, and judge that reading.
+        first, speed = speed, measure_speedup(baseline, candidate, inputs, threads=ctx.threads)
     figures = {
         "speedup": round(speed.median, 3), "speedup_low": round(speed.low, 3), "speedup_high": round(speed.high, 3),
         "threshold": threshold, "rounds": speed.rounds, "baseline_ms": round(speed.baseline_ms, 3), "candidate_ms": round(speed.candidate_ms, 3),
-        "device": ctx.device.type, "threads": ctx.threads, **costs,
+        "device": ctx.device.type, "threads": ctx.threads, "load_average": round(os.getloadavg()[0], 2), **costs,
+        **({"first_speedup": round(first.median, 3)} if first else {}),
     }
     # A candidate that remembers outputs by tensor identity or address looks fast in the timing loop,
     # which reuses one input; new values in the same storage and fresh tensors both expose it.
@@ -217,14 +227,12 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
             if isinstance(timed, torch.Tensor) and timed.is_floating_point():
                 timed.copy_(fresh)
     assert_same_outputs(baseline, candidate, [inputs, make_inputs(), make_inputs()], what=what)
-    allowed = figures["fresh_bytes_ratio"] if ideal is None else ideal
-    ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * allowed),
-                  IMPLAUSIBLE_ALWAYS * threshold)
     if speed.median > ceiling:
         raise CheckFailed(
-            f"{what} is {speed} against the traced original: implausible for this kata (more than {ceiling:.1f}x, "
-            f"set by the required speedup and the ratio of fresh-tensor bytes written before and after). The result is flagged for the "
-            f"organiser, not ranked; if your pass is honest, run it again and report it.",
+            f"{what} is {speed} against the traced original, and read {first} the first time: implausible for this "
+            f"kata twice (more than {ceiling:.1f}x, set by the required speedup and the ratio of fresh-tensor bytes "
+            f"written before and after; the machine's load average was {figures['load_average']}). The result is "
+            f"flagged for the organiser, not ranked; if your pass is honest, run it again and report it.",
             {**figures, "disqualified": True},
         )
     if speed.median < threshold:
