@@ -189,7 +189,7 @@ def test_teams_whose_names_differ_only_in_unsafe_characters_keep_their_own_resul
     folder = RunFolder.create(tmp_path, {"seed": 1})
     for points, name in enumerate(names):
         folder.save(name, "04_dce", "all", {"points": points}, b"a solution")
-    assert {team: result["points"] for (team, _, _), result in folder.saved().items()} == {
+    assert {team: result["points"] for (team, _, _), result in folder.saved()[0].items()} == {
         name: points for points, name in enumerate(names)}
 
 

@@ -33,10 +33,11 @@ def grade_teams(fleet, files: dict[str, dict[str, bytes]], katas: list[str], see
     """Grade every kata of every team on the fleet (graders/competition/fleet.py); returns results[team][kata].
 
     Each job's result is saved in the run folder as it arrives, with the hash of the file it graded; a job
-    saved there already for the same file (a resumed run) is not graded again, one whose file changed is. Progress: a line per job (team, kata, points, seconds, machine)."""
+    saved there already for the same file (a resumed run) is not graded again, one whose file changed is.
+    Progress: a line per job (team, kata, points, seconds, machine)."""
     sources = {(team, kata): files[team].get(f"{kata}/solution.py") for team in files for kata in katas}
-    saved = folder.saved(sources)
-    for team, kata in sorted({(team, kata) for team, kata, _ in folder.saved()} - {(t, k) for t, k, _ in saved}):
+    saved, changed = folder.saved(sources)
+    for team, kata in sorted(changed):
         print(f"{team} {kata}: its solution file is not the one run {folder.run} graded; its saved result is "
               "dropped and it is graded again.", file=sys.stderr, flush=True)
     phases = fleet.phases(speed)

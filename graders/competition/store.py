@@ -135,20 +135,23 @@ class RunFolder:
         _write(self._file(team, kata, phase), {"team": team, "kata": kata, "phase": phase, "result": result,
                                                "source": source_hash(source)})
 
-    def saved(self, sources: dict[tuple[str, str], bytes | None] | None = None) -> dict[tuple[str, str, str], dict]:
-        """The results saved so far; given the solution files now (`sources`: (team, kata) -> bytes), only those
-        saved for the very same file (a team whose file changed since is graded again)."""
-        found = {}
+    def saved(self, sources: dict[tuple[str, str], bytes | None] | None = None
+              ) -> tuple[dict[tuple[str, str, str], dict], set[tuple[str, str]]]:
+        """The results saved so far, and the (team, kata)s whose results were left out: given the solution files
+        now (`sources`: (team, kata) -> bytes), only results saved for the very same file count (a team whose
+        file changed since is graded again)."""
+        found, changed = {}, set()
         for path in _json_files(self.path / "jobs"):
             try:
                 entry = json.loads(path.read_text())
                 team, kata = entry["team"], entry["kata"]
                 if sources is not None and "source" in entry and entry["source"] != source_hash(sources.get((team, kata))):
+                    changed.add((team, kata))
                     continue
                 found[(team, kata, entry["phase"])] = entry["result"]
             except (OSError, ValueError, KeyError):
                 continue  # half written when the organiser died: graded again
-        return found
+        return found, changed
 
 
 def source_hash(source: bytes | None) -> str | None:

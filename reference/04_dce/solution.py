@@ -36,12 +36,16 @@ PURE_MODULES = (
 SIDE_EFFECT_FUNCTIONS = {operator.setitem, operator.delitem, torch._assert, print}
 
 
-def _bound_arguments(node: fx.Node) -> dict:
-    """The call's arguments by parameter name, so `F.relu(x, True)` reads as inplace=True."""
+def _bound_arguments(node: fx.Node, defaults: bool = False) -> dict:
+    """The call's arguments by parameter name, so `F.relu(x, True)` reads as inplace=True; with `defaults`,
+    the parameters left out too, at their defaults."""
     try:
-        return inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
     except (TypeError, ValueError):  # builtins without a signature: only keywords are named
         return dict(node.kwargs)
+    if defaults:
+        bound.apply_defaults()
+    return bound.arguments
 
 
 def _mutates(node: fx.Node, modules: dict) -> bool:
@@ -77,12 +81,7 @@ def _module_is_pure(module: nn.Module) -> bool:
 
 def _training(node: fx.Node) -> bool:
     """A dropout function's `training` (torch.dropout's `train`) flag, defaults applied: False draws nothing."""
-    try:
-        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
-        bound.apply_defaults()
-        arguments = bound.arguments
-    except (TypeError, ValueError):  # builtins without a signature: only keywords are named
-        arguments = node.kwargs
+    arguments = _bound_arguments(node, defaults=True)
     return arguments.get("training", arguments.get("train", True)) is not False
 
 

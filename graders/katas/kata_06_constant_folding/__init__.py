@@ -52,20 +52,27 @@ def folded(run: Run) -> dict:
 FOLD = Pass("fold_constants", returns=int, verdict=folded, what="the folded module")
 
 
-def plain_tensors_under_autograd(run: Run) -> None:
-    """Bit for bit as usual; then every stored value is a plain tensor, and backward runs call after call."""
+def bit_identical(run: Run) -> None:
     assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=FOLD.label, hint=run.case.hint,
                          graphs=(run.before, run.gm))
-    parameters = dict(run.gm.named_parameters())
-    for node in run.gm.graph.find_nodes(op="get_attr"):
-        value = reduce(getattr, node.target.split("."), run.gm)
-        if node.target in parameters or not isinstance(value, torch.Tensor):
-            continue
+
+
+def tensors_read(gm, leaving_out: set[str]) -> list[tuple[str, torch.Tensor]]:
+    """The tensors `gm`'s graph reads by get_attr, as (target, tensor), but those at the targets `leaving_out`."""
+    read = [(node.target, reduce(getattr, node.target.split("."), gm))
+            for node in gm.graph.find_nodes(op="get_attr") if node.target not in leaving_out]
+    return [(target, value) for target, value in read if isinstance(value, torch.Tensor)]
+
+
+def plain_tensors_under_autograd(run: Run) -> None:
+    """Bit for bit as usual; then every stored value is a plain tensor, and backward runs call after call."""
+    bit_identical(run)
+    for target, value in tensors_read(run.gm, leaving_out=set(dict(run.gm.named_parameters()))):
         if value.is_inference():
-            run.fail(f"fold_constants stored `{node.target}` as an inference tensor (made under "
+            run.fail(f"fold_constants stored `{target}` as an inference tensor (made under "
                      "torch.inference_mode()), which autograd and in-place ops outside inference mode refuse.")
         if value.requires_grad:
-            run.fail(f"fold_constants stored `{node.target}` as a tensor that requires grad (grad_fn "
+            run.fail(f"fold_constants stored `{target}` as a tensor that requires grad (grad_fn "
                      f"{type(value.grad_fn).__name__}): it was computed with autograd on, and keeps the autograd graph "
                      "back to the parameters alive.")
     for call in (1, 2):  # the first backward frees a stored autograd graph: the second one fails
@@ -79,15 +86,13 @@ def plain_tensors_under_autograd(run: Run) -> None:
 def stored_as_state(run: Run) -> None:
     """Bit for bit as usual; then every value the pass stored is a buffer (or a frozen parameter), so `.to()`,
     `.double()` and `.cuda()` move it with the module."""
-    assert_bit_identical(run.pristine, run.gm, run.input_sets(), what=FOLD.label, hint=run.case.hint,
-                         graphs=(run.before, run.gm))
+    bit_identical(run)
     state = {name for name, _ in [*run.gm.named_parameters(), *run.gm.named_buffers()]}
-    for node in run.gm.graph.find_nodes(op="get_attr"):
-        if node.target not in state and isinstance(reduce(getattr, node.target.split("."), run.gm), torch.Tensor):
-            run.fail(f"fold_constants stored `{node.target}` as a plain tensor attribute: `.to(torch.float64)`, "
-                     "`.double()` or `.cuda()` move a module's parameters and buffers, not its plain attributes, so "
-                     "after `gm.double()` it would stay float32 on its device.",
-                     hint="store a folded value with gm.register_buffer(name, value, persistent=False).")
+    for target, _ in tensors_read(run.gm, leaving_out=state):
+        run.fail(f"fold_constants stored `{target}` as a plain tensor attribute: `.to(torch.float64)`, "
+                 "`.double()` or `.cuda()` move a module's parameters and buffers, not its plain attributes, so "
+                 "after `gm.double()` it would stay float32 on its device.",
+                 hint="store a folded value with gm.register_buffer(name, value, persistent=False).")
 
 
 EXACT_CASES["folded_values_are_buffers"] = case(
