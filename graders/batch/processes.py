@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -20,21 +19,21 @@ from pathlib import Path
 from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise, summarise_phases
 from graders.batch.zygote import ForkedProcess
 from graders.frame.catalogue import REPO_ROOT
-from graders.frame.lifetimes import die_with_parent, kill_group
+from graders.frame.lifetimes import cap_memory, die_with_parent, kill_group
 from graders.frame.levels import CheckResult
 
 # The levels of a correctness phase and of a speed phase (--levels of the pytest plugin).
 CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
 
 
-def memory_cap(gigabytes: float):
-    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine. The
-    grading process also dies with the one that started it (Linux): a fleet worker killed mid-job leaves
-    no grading running on its machine."""
+def memory_cap(gigabytes: float, device: str = "cpu"):
+    """A preexec hook: a solution that allocates without bound gets a MemoryError, not the machine (what the
+    cap counts depends on the device: cap_memory). The grading process also dies with the one that started
+    it (Linux): a fleet worker killed mid-job leaves no grading running on its machine."""
     limit = int(gigabytes * 2**30)
 
     def hook():
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        cap_memory(limit, device)
         die_with_parent()
 
     return hook
@@ -169,12 +168,13 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
             # meet in the middle, so a long kata at either end starts early instead of last.
             order = test_files if n % 2 == 0 else test_files[::-1]
             if getattr(args, "fork", False):  # forked from the warm fork server (graders/batch/zygote.py)
-                process = ForkedProcess([*order, *options, *own], tmp / f"output{n}", env, args.kata_memory)
+                process = ForkedProcess([*order, *options, *own], tmp / f"output{n}", env, args.kata_memory,
+                                        args.device)
             else:
                 with open(tmp / f"output{n}", "w") as output:
                     process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,
                                                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                                               env=env, preexec_fn=memory_cap(args.kata_memory))
+                                               env=env, preexec_fn=memory_cap(args.kata_memory, args.device))
             running.append(GradingProcess(process, Progress(tmp / f"progress{n}"), tmp / f"results{n}.json",
                                           tmp / f"output{n}"))
 

@@ -39,7 +39,7 @@ import threading
 from pathlib import Path
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
-from graders.frame.lifetimes import die_with_parent, kill_group
+from graders.frame.lifetimes import cap_memory, die_with_parent, kill_group
 from graders.frame.machinelock import MachineLock, default_path
 
 # What every grading process imports before it grades: loaded once, in the zygote.
@@ -66,9 +66,7 @@ def _grading_process(request: dict) -> None:
     try:
         os.setsid()  # a session of its own: the judge kills its process group as one
         die_with_parent()  # with the zygote
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+        cap_memory(request["memory"], request["device"])
         fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -195,9 +193,10 @@ class Zygote:
 class ForkedProcess:
     """A grading process forked by the zygote, with the surface of subprocess.Popen that run_katas uses."""
 
-    def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float):
+    def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float, device: str = "cpu"):
         self.zygote = Zygote.get()
-        self.pid = self.zygote.fork({"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30)})
+        self.pid = self.zygote.fork({"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30),
+                                     "device": device})
 
     @property
     def returncode(self) -> int | None:

@@ -164,7 +164,8 @@ def grade_job(job: dict) -> dict:
     try:
         source = next((data for name, data in job["files"].items()  # nothing else a job carries reaches the disk
                        if (found := SOLUTION.match(name)) and found.group(1) == kata), None)
-        with team_nursery(f"{job['team']}\0{job['tree']}", kata, source, job["kata_memory"]) as (tree, nursery):
+        with team_nursery(f"{job['team']}\0{job['tree']}\0{job['device']}", kata, source, job["kata_memory"],
+                          job["device"]) as (tree, nursery):
             # Forked from this machine's zygote, sharing its machine lock with every other grading process
             # here; its workers forked by the team's nursery.
             args = argparse.Namespace(device=job["device"], threads=job["threads"], no_speed=not job["speed"],

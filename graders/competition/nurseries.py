@@ -92,10 +92,11 @@ def _usable(team: _Team) -> bool:
 
 
 @contextmanager
-def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = Limits.memory_gb):
+def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = Limits.memory_gb, device: str = "cpu"):
     """This team's solutions folder (with `source` staged as kata's solution file) and its nursery's socket
     (None if it could not start: the judge then starts each worker itself), for one job; each worker the
-    nursery forks may take `memory_gb` of address space (the organiser's --kata-memory)."""
+    nursery forks may take `memory_gb` of memory (the organiser's --kata-memory; counted as cap_memory counts
+    it on `device`)."""
     stale = None
     with _lock:
         team = _teams.get(key)
@@ -104,7 +105,7 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
         if team is None:
             solutions = Path(tempfile.mkdtemp(prefix="fx-katas-team-", dir=_scratch()))
             sockets, claim = _sockets_folder()
-            started = _starter.submit(_start, solutions, sockets, Limits(memory_gb=memory_gb))
+            started = _starter.submit(_start, solutions, sockets, Limits(memory_gb=memory_gb, device=device))
             team = _teams[key] = _Team(solutions, sockets, claim, started)
         team.users += 1
     if stale is not None:

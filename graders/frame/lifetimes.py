@@ -1,5 +1,6 @@
-"""How long the processes grading starts may live: each dies with the process that started it, and a
-process that leads its own session is killed with everything it started.
+"""How long the processes grading starts may live, and how much memory they may take: each dies with the
+process that started it, a process that leads its own session is killed with everything it started, and
+each is capped in memory by the one rule of `cap_memory`.
 
 Used by the grading processes (graders/batch/processes.py, graders/batch/zygote.py) and the worker
 processes and nurseries (graders/isolation/sandbox.py, graders/isolation/nursery.py).
@@ -9,6 +10,7 @@ May import: the standard library only.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sys
 
@@ -32,3 +34,16 @@ def kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def cap_memory(limit_bytes: int, device: str = "cpu") -> None:
+    """In a child: a solution that allocates without bound gets a MemoryError, not the machine.
+
+    On the CPU the cap is the address space (RLIMIT_AS: every mapping counts, shared ones too). A process that
+    uses CUDA cannot live under such a cap: the driver reserves virtual address space for unified memory far
+    beyond the card's memory, and under an 8 GiB RLIMIT_AS torch sees no device at all (cudaGetDeviceCount:
+    "Error 2: out of memory", seen on an H100 on 2026-11-27, where 8 GiB of RLIMIT_DATA left CUDA working and
+    still stopped a 12 GiB host allocation). So on "cuda" the cap is the data segment (RLIMIT_DATA: private
+    writable mappings, that is the heap and every host tensor); shared mappings escape it there."""
+    kind = resource.RLIMIT_DATA if device == "cuda" else resource.RLIMIT_AS
+    resource.setrlimit(kind, (limit_bytes, limit_bytes))

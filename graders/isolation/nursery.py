@@ -184,9 +184,9 @@ def open_nursery(solutions: Path, sockets: Path, limits: Limits = Limits()) -> N
         raise ValueError(f"a nursery's socket path is longer than a Unix socket's 107 bytes: {socket_path}")
     binary = bwrap()
     command = [sys.executable, "-m", "graders.isolation.nursery", str(socket_path), str(limits.memory_gb),
-               str(limits.cpu_s), "sandboxed" if binary else "plain"]
+               str(limits.cpu_s), limits.device, "sandboxed" if binary else "plain"]
     if binary is not None:
-        command = [binary, *sandbox_arguments([solutions]), "--bind", str(sockets), str(sockets), *command]
+        command = [binary, *sandbox_arguments([solutions], limits.device), "--bind", str(sockets), str(sockets), *command]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                                close_fds=True, cwd="/tmp" if os.path.isdir("/tmp") else None,
                                env=starting_environment(binary is not None))
@@ -206,4 +206,4 @@ def connect(socket_path: Path, solution: Path, kata: str, threads: int) -> socke
 
 
 if __name__ == "__main__":
-    serve_nursery(sys.argv[1], Limits(float(sys.argv[2]), int(sys.argv[3])), sys.argv[4] == "sandboxed")
+    serve_nursery(sys.argv[1], Limits(float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]), sys.argv[5] == "sandboxed")

@@ -7,6 +7,7 @@ May import: graders.frame (lifetimes), the standard library (and the bubblewrap-
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import resource
 import shutil
@@ -15,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.frame.lifetimes import die_with_parent
+from graders.frame.lifetimes import cap_memory, die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,10 @@ def starting_environment(sandboxed: bool) -> dict[str, str]:
     return {} if sandboxed else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
-def sandbox_arguments(readable: list[Path]) -> list[str]:
+def sandbox_arguments(readable: list[Path], device: str = "cpu") -> list[str]:
+    """bubblewrap's arguments: the namespaces, a cleared environment, the system and the interpreter read-only,
+    and `readable` (the solutions) read-only. On "cuda", the GPU's device nodes and the driver's libraries
+    (the folders on LD_LIBRARY_PATH, where a container's driver lives) too: nothing else of /dev."""
     arguments = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",
                  "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
@@ -66,6 +70,12 @@ def sandbox_arguments(readable: list[Path]) -> list[str]:
             arguments += ["--symlink", os.readlink(system), system]
         elif os.path.isdir(system):
             arguments += ["--ro-bind", system, system]
+    if device == "cuda":
+        arguments += [argument for node in sorted(glob.glob("/dev/nvidia*")) for argument in ("--dev-bind", node, node)]
+        libraries = [folder for folder in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isdir(folder)]
+        for folder in libraries:
+            arguments += ["--ro-bind", folder, folder]
+        arguments += ["--setenv", "LD_LIBRARY_PATH", os.pathsep.join(libraries)] if libraries else []
     python = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
     for path in sorted(python | {REPO_ROOT / "graders", *readable}):
         arguments += ["--ro-bind", str(path), str(path)]
@@ -76,13 +86,13 @@ def sandbox_arguments(readable: list[Path]) -> list[str]:
 class Limits:
     memory_gb: float = 8.0
     cpu_s: int = 3600
+    device: str = "cpu"  # where the worker computes: "cuda" changes what the memory cap counts (cap_memory)
 
 
 def limited(limits: Limits):
     def apply():
         die_with_parent()  # die with the judge, even when the solution ignores the closed channel
-        memory = int(limits.memory_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        cap_memory(int(limits.memory_gb * 2**30), limits.device)
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply

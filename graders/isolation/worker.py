@@ -59,7 +59,7 @@ def launch(solution_path: Path, kata: str, *, threads: int = 1, limits: Limits =
     command = [sys.executable, "-m", "graders.isolation.serve", str(solution_path), kata, str(threads)]
     binary = bwrap()
     if binary is not None:
-        command = [binary, *sandbox_arguments([solution_path.parent]), *command]
+        command = [binary, *sandbox_arguments([solution_path.parent], limits.device), *command]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                cwd="/tmp" if os.path.isdir("/tmp") else None,
                                env=starting_environment(binary is not None), start_new_session=True,

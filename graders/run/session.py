@@ -68,7 +68,7 @@ class GradingSession:
         self._workers: dict[str, Any] = {}
         self.check_timeout = check_timeout  # seconds a check may take (--check-timeout), instead of each check's own
         # what a worker started here may take (--worker-memory GB; a nursery's workers get the nursery's)
-        self.worker_limits = Limits() if worker_memory is None else Limits(memory_gb=worker_memory)
+        self.worker_limits = Limits(device=self.device.type) if worker_memory is None else Limits(worker_memory, device=self.device.type)
         self.results: list[CheckResult] = []
         self._modules: dict[str, ModuleType | CheckFailed] = {}
         self._timeouts: Counter[str] = Counter()
