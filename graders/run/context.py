@@ -5,6 +5,7 @@ May import: graders.frame. The session that makes a context (graders/run/session
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +25,12 @@ class Context:
         self.device = session.device
         self.threads = session.threads
         self.seed = session.check_seed(check)
+
+    def on(self, device) -> "Context":
+        """This check's context on another device (a case whose model runs only on the CPU: Case.cpu_only)."""
+        moved = copy.copy(self)
+        moved.device = device
+        return moved
 
     @property
     def solution_path(self) -> Path:

@@ -54,6 +54,7 @@ class Case:
     samples: int = 2                       # fresh draws per batch size: one sample can hide a bug
     trace: Callable[[nn.Module], fx.GraphModule] = fx.symbolic_trace
     extra: dict = field(default_factory=dict)  # anything else the kata's verdict needs
+    cpu_only: str = ""  # why the model cannot run on a GPU: graded on the CPU whatever the session's device
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ def build(ctx: Context, case: Case) -> nn.Module:
 
 def apply(ctx: Context, case: Case, via: Pass) -> Run:
     """The one place a learner's pass runs on a graded model."""
+    if case.cpu_only and ctx.device.type != "cpu":
+        ctx = ctx.on(torch.device("cpu"))  # the Run's context: its inputs, comparisons and verdict on the CPU too
     model = build(ctx, case)
     pristine = copy.deepcopy(model)
     traced = case.trace(model)
@@ -223,7 +226,7 @@ def check(ctx: Context, case: Case, via: Pass) -> dict:
     figures = via.verdict(run) if via.verdict else None
     if not via.compare_first:
         compare(run)
-    return figures or {}
+    return {**(figures or {}), **({"graded_on": f"cpu: {case.cpu_only}"} if run.ctx is not ctx else {})}
 
 
 def speed(ctx: Context, case: Case, via: Pass, *, what: str, hint: str, verdict: bool = False) -> dict:

@@ -160,7 +160,8 @@ EXACT_CASES: dict[str, Case] = {
         lambda: Block(nn.Parameter(torch.randint(-3, 4, (12, 8)), requires_grad=False), 0.5),
         lambda batch: (torch.randint(-3, 4, (batch, 12)),), 0,
         "the product of two int64 tensors is int64, and p + 0.5 is float32 (a float literal promotes an integer "
-        "tensor): p.add_(0.5) raises. A literal bias needs the dtype check too.", compare=outputs_match),
+        "tensor): p.add_(0.5) raises. A literal bias needs the dtype check too.", compare=outputs_match,
+        cpu_only="CUDA has no integer matrix product (addmm_cuda is not implemented for int64)"),
     "mm_with_a_literal_bias": case(spelled("torch.mm", "torch.add(p, b)", "torch.relu", bias=0.5), (12,), 2,
                                    "b is the Python number 0.5 here, which torch.add accepts and torch.addmm "
                                    "refuses (its bias must be a tensor)."),

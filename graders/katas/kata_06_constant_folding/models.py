@@ -192,7 +192,8 @@ EXACT_CASES: dict[str, Case] = {
     "constructors_without_inputs": case(lambda: constructors_without_inputs(6), (6,), 3,
         "torch.arange(6) and torch.ones(6) read no node at all (all_input_nodes is empty): a node with no inputs is "
         "constant, like one whose inputs all are. They fold, and so does the exp of the ones (a hand-built graph: "
-        "symbolic_trace would have run them itself, as make_fx and torch.export do not)."),
+        "symbolic_trace would have run them itself, as make_fx and torch.export do not).",
+        cpu_only="the hand-built constructors name no device, so they make CPU tensors"),
     "buffer_written_through_out": case(
         lambda: Program(written_through_out, decay=torch.rand(6) + 0.5, w=param(6)), (6,), 1,
         "torch.mul(self.decay, 0.9, out=self.decay) writes self.decay: a call with an out= tensor is an in-place op "

@@ -35,8 +35,14 @@ def cases(*rows) -> dict[str, Case]:
     return {name: Case(lambda model=model: copy.deepcopy(model) if isinstance(model, nn.Module) else model,
                        inputs[0] if inputs else lambda batch: (floats(batch, 4, 5),), (rewrites, kept), hint,
                        compare="bit_exact", batch_sizes=(3,), samples=3,
-                       extra={"optional": inputs[1]} if len(inputs) > 1 else {})
+                       extra={"optional": inputs[1]} if len(inputs) > 1 else {},
+                       cpu_only=CPU_ONLY.get(name, ""))
             for name, model, rewrites, kept, hint, *inputs in rows}
+
+
+# Zoo models that cannot run on a GPU, and why: their cases are graded on the CPU whatever the device.
+CPU_ONLY = {"plain_tensor_of_ones": "plain tensor attributes (and torch.ones(5) in the forward) stay on the CPU "
+                                    "when the module moves: .to(device) moves parameters and buffers only"}
 
 
 # Optional rewrites: the ops each takes away and the ops it leaves instead. `int * 1.0` may become
