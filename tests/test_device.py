@@ -1,6 +1,7 @@
-"""Grading on CUDA is honest: full float32 on both sides, and a speed threshold never measured on the device
-is a provisional verdict, said so in the check's figures and message, the summary, the score table, the
-pytest summary and the run record.
+"""Grading on CUDA works and is honest: full float32 on both sides, a speed threshold never measured on the
+device is a provisional verdict (said so in the check's figures and message, the summary, the score table, the
+pytest summary and the run record), the memory cap is one CUDA can start under, sandboxed workers reach the
+GPU's driver, and a zoo model that cannot run on a GPU is graded on the CPU and says so.
 
 These tests run on a CPU. Where they need a CUDA session and the machine has no GPU, they make torch report
 one (`cuda_session`): a GradingSession on "cuda" only places models on the device, and the checks graded
@@ -57,6 +58,12 @@ def cuda_session(monkeypatch):
     yield make
     for session in sessions:
         session.close()
+
+
+@pytest.fixture
+def uncalibrated(monkeypatch):
+    """KATA's CUDA threshold as if never measured on a GPU (it was, on 2026-11-27: docs/grading.md)."""
+    monkeypatch.delitem(load_grader(KATA).calibrated, "cuda", raising=False)
 
 
 def fake_check(level: int, run, kata: str = KATA) -> Check:
@@ -132,6 +139,9 @@ def test_a_threshold_without_a_calibration_record_is_provisional():
     assert kata.provisional("cpu") is None
     assert "has not been calibrated on a GPU" in kata.provisional("cuda")
     assert Kata("99_made_up", manifest({"threshold": {"cpu": 1.5}})).provisional("cpu")
+    # No time threshold on a device (08 on CUDA: the exact traffic count alone): nothing is provisional there.
+    assert Kata("99_made_up", manifest({"threshold": {"cpu": 1.5}})).provisional("cuda") is None
+    assert load_grader("08_elementwise_chains").provisional("cuda") is None
 
 
 def test_every_manifest_says_which_thresholds_were_measured_on_what_and_when():
@@ -149,7 +159,7 @@ def speed_figures(**more) -> dict:
             "aten_ops_before": 4, "aten_ops_after": 2, "bytes_written_before": 100, "bytes_written_after": 50, **more}
 
 
-def test_a_cuda_speed_verdict_is_provisional_until_calibrated(cuda_session, monkeypatch):
+def test_a_cuda_speed_verdict_is_provisional_until_calibrated(cuda_session, uncalibrated, monkeypatch):
     """Fake CUDA without a GPU (see the module's docstring); the fake L3 check returns figures instead of timing."""
     session = cuda_session()
     passed = session.run(fake_check(3, lambda ctx: speed_figures()))
@@ -179,7 +189,7 @@ def test_a_cpu_speed_verdict_is_measured_and_other_levels_are_never_provisional(
     assert skipped.skipped and "provisional" not in skipped.message
 
 
-def test_the_table_the_pytest_summary_and_the_run_record_say_provisional(cuda_session, capsys):
+def test_the_table_the_pytest_summary_and_the_run_record_say_provisional(cuda_session, uncalibrated, capsys):
     """Fake CUDA without a GPU (see the module's docstring)."""
     session = cuda_session()
     results = [session.run(fake_check(3, lambda ctx: speed_figures())), session.run(fake_check(1, lambda ctx: {}))]
@@ -246,3 +256,78 @@ def test_calibrate_writes_nothing_unless_asked(monkeypatch, capsys):
     assert "1.65x" in out and "Nothing written" in out
     for name, (_, text) in before.items():
         assert (REPO_ROOT / "graders/katas" / f"kata_{name}/kata.toml").read_text() == text
+
+
+# --- what lets CUDA run at all ------------------------------------------------------------------------------
+
+CAPPED = """
+import resource, sys
+from graders.frame.lifetimes import cap_memory
+cap_memory(6 * 2**30, sys.argv[1])
+import torch
+print(resource.getrlimit(resource.RLIMIT_AS)[0] == 6 * 2**30, resource.getrlimit(resource.RLIMIT_DATA)[0] == 6 * 2**30)
+try:
+    torch.empty(8 * 2**30, dtype=torch.uint8).fill_(1)
+    print("allocated")
+except RuntimeError:
+    print("stopped")
+"""
+
+
+@pytest.mark.parametrize("device, address_space, data", [("cpu", True, False), ("cuda", False, True)])
+def test_the_memory_cap_counts_what_cuda_can_start_under(device, address_space, data):
+    """On the CPU the cap is the address space; on CUDA, whose driver reserves address space beyond any such
+    cap (cudaGetDeviceCount: out of memory under 8 GiB of RLIMIT_AS, on an H100), the data segment. Either
+    way a host allocation over the cap stops."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", CAPPED, device], capture_output=True, text=True, cwd=REPO_ROOT,
+                         env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.stdout.split() == [str(address_space), str(data), "stopped"], out.stderr[-2000:]
+
+
+def test_a_sandboxed_worker_on_cuda_reads_the_driver_s_libraries(tmp_path, monkeypatch):
+    """On "cuda" the sandbox binds the folders of LD_LIBRARY_PATH (where a container mounts the driver) and the
+    GPU's device nodes; on "cpu" neither. A real bubblewrap sandbox where one runs."""
+    import subprocess
+
+    from graders.isolation.sandbox import bwrap, sandbox_arguments, starting_environment
+
+    driver = tmp_path / "nvidia" / "lib64"
+    driver.mkdir(parents=True)
+    (driver / "libcuda.so.1").write_text("the driver")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{driver}:{tmp_path / 'missing'}")
+    cuda, cpu = sandbox_arguments([], "cuda"), sandbox_arguments([], "cpu")
+    assert "/dev/nvidia" not in " ".join(cpu) and str(driver) not in cpu
+    assert ["--setenv", "LD_LIBRARY_PATH", str(driver)] == cuda[cuda.index("LD_LIBRARY_PATH") - 1:][:3]
+    import glob
+
+    assert [cuda[i + 1] for i, a in enumerate(cuda) if a == "--dev-bind"] == sorted(glob.glob("/dev/nvidia*"))
+    binary = bwrap()
+    if binary is None:
+        pytest.skip("no sandbox on this machine (bubblewrap cannot create namespaces)")
+    look = ["sh", "-c", f'echo "$LD_LIBRARY_PATH"; cat {driver}/libcuda.so.1']
+    inside = subprocess.run([binary, *cuda, *look], capture_output=True, text=True, env=starting_environment(True))
+    assert inside.stdout.split("\n")[:2] == [str(driver), "the driver"], inside.stderr
+    outside = subprocess.run([binary, *cpu, *look], capture_output=True, text=True, env=starting_environment(True))
+    assert outside.returncode != 0 and "the driver" not in outside.stdout
+
+
+def cpu_only_checks() -> list[Check]:
+    return [check for name in KATAS for check in load_grader(name).checks
+            if getattr(check.run, "case", None) is not None and check.run.case.cpu_only]
+
+
+def test_a_zoo_model_that_cannot_run_on_a_gpu_is_graded_on_the_cpu_and_says_so(cuda_session):
+    """Kata 02's integer product (CUDA has no int64 addmm), 06's hand-built constructors and 07's plain tensor
+    attributes: on a CUDA session their cases build, run and compare on the CPU. Their checks build real models,
+    so without a GPU they would fail here if any tensor went to the (fake) CUDA device."""
+    checks = cpu_only_checks()
+    assert {check.kata for check in checks} == {"02_matmul_bias_relu", "06_constant_folding", "07_algebraic_simplify"}
+    session = cuda_session()
+    for check in checks:
+        result = session.run(check)
+        assert result.passed, (check.test_id, result.message)
+        assert result.figures["graded_on"] == f"cpu: {check.run.case.cpu_only}"
+    on_cpu = GradingSession(REPO_ROOT / "reference", device="cpu", seed=1)
+    assert all("graded_on" not in on_cpu.run(check).figures for check in checks)

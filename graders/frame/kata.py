@@ -99,8 +99,9 @@ class Kata:
         self.add(3, name, Declared("speed", via=via, case=case, options={"what": what, "hint": hint, "verdict": verdict}))
 
     def provisional(self, device: str) -> str | None:
-        """Why the speed verdict on `device` is provisional (its threshold was never measured there), or None."""
-        if device in self.calibrated:
+        """Why the speed verdict on `device` is provisional (its threshold was never measured there), or None.
+        A kata with no time threshold on `device` (08 on a GPU: the exact traffic count alone) is never provisional."""
+        if device in self.calibrated or device not in self.thresholds:
             return None
         where = "on a GPU" if device == "cuda" else f"on {device}"
         return (f"provisional: the {device} speed threshold of {self.name} has not been calibrated {where} "
