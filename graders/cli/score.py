@@ -92,8 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds one check may take, loading the solution included (default: each check's "
                              "own, 60 s or 300 s for speed)")
     parser.add_argument("--kata-memory", type=float, default=8.0, metavar="GB",
-                        help="address space one kata's grading process may use, and each worker process that runs "
-                             "its solution (default 8 GiB)")
+                        help="memory one kata's grading process may use, and each worker process that runs its "
+                             "solution (default 8 GiB): its address space on the CPU, its data segment on CUDA")
     parser.add_argument("--submit", metavar="URL",
                         help="live competition: upload the tree's NN_name/solution.py files to the arena at URL, "
                              "follow the grading and print the team's points and rank (with --token)")

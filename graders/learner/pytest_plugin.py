@@ -48,8 +48,8 @@ def pytest_addoption(parser):
     group.addoption("--check-timeout", type=float, default=None, metavar="S",
                     help="seconds one check may take (default: each check's own, 60 s or 300 s for speed)")
     group.addoption("--worker-memory", type=float, default=None, metavar="GB",
-                    help="with --isolate, the address space each worker process may take (score.py passes its "
-                         "--kata-memory; default 8)")
+                    help="with --isolate, the memory each worker process may take (score.py passes its "
+                         "--kata-memory; default 8; the address space on the CPU, the data segment on CUDA)")
     group.addoption("--results-json", default=None, metavar="FILE", help="write the check records to FILE")
     group.addoption("--claims", default=None, metavar="DIR",
                     help="(score.py) grading processes that share DIR share out the katas: each grades the next "
