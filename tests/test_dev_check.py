@@ -48,3 +48,20 @@ def test_a_half_added_kata_is_reported(tmp_path, half):
         stub.write_text(stub.read_text().replace("def fuse_conv_bn(", "def fuse_conv_bn_renamed("))
     problems = devcheck.problems(root)
     assert problems and all(p.startswith(f"{new}: ") for p in problems), problems
+
+
+def test_a_readme_section_a_stub_quotes_must_be_in_the_readme(tmp_path):
+    """Kata 03's stub sent learners to README "When folding is not allowed", a heading the README never had
+    (it is "When the rewrite is not allowed"); a quote across a line break and a comment counts as one."""
+    root = copy_of_kata(tmp_path)
+    stub = root / "katas/03_conv_bn/solution.py"
+    assert 'README: "When the rewrite is\n    not allowed"' in stub.read_text()
+    assert devcheck.readme_reference_problems(root, "03_conv_bn") == []
+    stub.write_text(stub.read_text().replace('README: "When the rewrite is', 'README: "When folding is'))
+    models = root / "graders/katas/kata_03_conv_bn/models.py"
+    models.write_text(models.read_text() + '\n# see README, "Where folding\n#   pays"\n# and README, "No such part"\n')
+    assert devcheck.problems(root) == [
+        '03_conv_bn: katas/03_conv_bn/solution.py quotes README "When folding is not allowed", which '
+        "katas/03_conv_bn/README.md does not hold (a heading or its text)",
+        '03_conv_bn: graders/katas/kata_03_conv_bn/models.py quotes README "No such part", which '
+        "katas/03_conv_bn/README.md does not hold (a heading or its text)"]

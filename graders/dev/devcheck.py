@@ -8,7 +8,8 @@ graders/katas/kata_NN_name), so a half-added kata is reported, not silently skip
 - the reference mirrors it; the grader folder has its declaration, manifest and mutants;
 - the manifest's API names are defined by the stub and the reference;
 - the README quotes the manifest's thresholds and names every check as the grader has it;
-- every level has at least one mutant that loses points there (the no-op counts for the speed level).
+- every level has at least one mutant that loses points there (the no-op counts for the speed level);
+- every `README: "..."` (or `README, "..."`) a kata's files quote is in that README, a heading or its text.
 That the stub scores 0 and the reference 100 is graded by tests/test_katas.py.
 
 May import: graders.frame, graders.dev.mutation (and the kata graders, by name, through the catalogue).
@@ -78,6 +79,30 @@ def file_problems(root: Path, kata: str) -> list[str]:
     return problems
 
 
+README_QUOTE = re.compile(r'README[:,]?\s+"([^"]+)"')
+
+
+def _flat(text: str) -> str:
+    """Text with its line breaks, comment markers and markdown heading marks as single spaces."""
+    return re.sub(r"\s*\n\s*(?:#+\s*)?", " ", text)
+
+
+def readme_reference_problems(root: Path, kata: str) -> list[str]:
+    """A section or sentence a kata's stub, reference, grader or manifest quotes from the kata's README must be
+    there: a stub that sends the learner to a heading the README no longer has is a dead end."""
+    readme = _flat((root / "katas" / kata / "README.md").read_text()).lower()
+    files = [root / "katas" / kata / "solution.py", root / "reference" / kata / "solution.py",
+             *sorted((root / "graders" / "katas" / f"kata_{kata}").glob("*.py")),
+             root / "graders" / "katas" / f"kata_{kata}" / MANIFEST]
+    problems = []
+    for path in (f for f in files if f.is_file()):
+        for quoted in README_QUOTE.findall(_flat(path.read_text())):
+            if quoted.lower() not in readme:
+                problems.append(f'{kata}: {path.relative_to(root)} quotes README "{quoted}", which '
+                                f"katas/{kata}/README.md does not hold (a heading or its text)")
+    return problems
+
+
 def grader_problems(kata: str) -> list[str]:
     """What needs the grader imported: README against the manifest and the checks, mutants per level."""
     from graders.frame.catalogue import load_grader
@@ -115,6 +140,8 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
     found = []
     for kata in found_katas(root):
         kata_problems = file_problems(root, kata)
+        if not kata_problems:
+            kata_problems = readme_reference_problems(root, kata)
         if not kata_problems and root == REPO_ROOT:
             kata_problems = grader_problems(kata)
         found += kata_problems

@@ -26,7 +26,7 @@ def replacement(x, w, b):
     matrices. replace_pattern traces this function, so use torch calls only (no Python `if` on tensors).
     """
     # TODO(human): compute the product once, then add the bias and apply the ReLU *in its buffer*.
-    #   Why is that allowed? (README: "Why in place is safe here".) Which matmul op takes any rank?
+    #   Why is that allowed? (README: "The rule: exact for every match it is applied to".) Which matmul op takes any rank?
     raise NotImplementedError("TODO(human): replacement")
 
 

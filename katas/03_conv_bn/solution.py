@@ -30,7 +30,7 @@ def fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
 def fuse_conv_bn(gm: fx.GraphModule) -> fx.GraphModule:
     """Fold every Conv2d -> BatchNorm2d pair of `gm` where the result is exactly the same; return gm.
 
-    Leave a pair alone when folding would change what the model computes (README: "When folding is
+    Leave a pair alone when folding would change what the model computes (README: "When the rewrite is
     not allowed"). Do not change the modules of the model that was traced: build new ones.
     """
     modules = dict(gm.named_modules())  # call_module node.target -> module

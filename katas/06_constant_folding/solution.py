@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_leaves
 SIZE_CAP_BYTES = 1 << 20
 GROWTH_CAP = 4
 
-# Functions that draw from the random-number generator (README, "When folding is not allowed").
+# Functions that draw from the random-number generator (README, "When the rewrite is not allowed").
 RANDOM_FUNCTIONS = {
     torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.randint, torch.randint_like,
     torch.randperm, torch.normal, torch.poisson, torch.bernoulli, torch.multinomial,
