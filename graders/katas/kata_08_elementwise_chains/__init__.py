@@ -42,7 +42,7 @@ def found(run: Run) -> dict:
     got, want = [[n.name for n in chain] for chain in chains], run.case.expect
     if got != want:
         raise CheckFailed(f"find_elementwise_chains on {where(run)} returned {got}; expected {want} (node names, "
-                          f"chains in graph order). Hint: {run.case.hint}\n\nThe graph:\n{graph_table(run.before)}")
+                          f"chains in graph order). Hint: {run.case.extra.get('find_hint', run.case.hint)}\n\nThe graph:\n{graph_table(run.before)}")
     return {"chains": len(want)}
 
 

@@ -209,7 +209,10 @@ EXACT_CASES: dict[str, Case] = {
     "module_called_twice": case(module_called_twice, 8, [["mul", "relu", "sub", "sigmoid"]],
                                 "the same nn.ReLU is called inside the chain and again outside it: the graph still "
                                 "calls it after fusing, so keep it installed (delete a submodule only when no node "
-                                "calls it any more)."),
+                                "calls it any more).",
+                                extra={"find_hint": "m.relu and m.sigmoid are module calls (call_module): an "
+                                       "elementwise module is a chain node like its function (the README's table). "
+                                       "The second m.relu, after the matrix product, stands alone: no chain."}),
     "no_chains": case(lambda m, x, y: ((a := torch.relu(x)) @ m.weight).sigmoid().sum(-1) + a.mean(), 8, [],
                       "a single elementwise op is not a chain: a chain has at least two nodes."),
 }
@@ -223,7 +226,7 @@ UNDER_AUTOGRAD = case(under_autograd, 8, [["mul", "sub", "sigmoid", "mul_1", "ta
 # The L3 benchmark: five ops on one 4096x4096 float32 tensor (64 MiB: past every cache and glibc's mmap
 # threshold, so each unfused op also pays for a fresh allocation). README, "Measured speedups".
 BENCHMARK_SIZE = 4096
-# Every step after the head can provably run in place (README, "A fused module is traceable"): the
+# Every step after the head can provably run in place (README, "When a result does not fit the buffer"): the
 # result-saving relu comes last, so nothing overwrites the output its backward reads.
 BENCHMARK = case(lambda m, x, y: torch.relu(-(x * 1.5 + 0.5) - 0.25), 8, None, "",
                  inputs=lambda batch: (torch.randn(batch, BENCHMARK_SIZE),), batch_sizes=(BENCHMARK_SIZE,))
