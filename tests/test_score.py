@@ -61,6 +61,9 @@ def test_hints_come_one_more_each_time(tmp_path):
     first, second = score(tmp_path, "--hint", KATA).stdout, score(tmp_path, "--hint", KATA).stdout
     assert first.startswith(f"Hint 1 of 3 for {KATA}") and second.startswith(f"Hint 2 of 3 for {KATA}")
     assert first.splitlines()[1] != second.splitlines()[1]
+    assert "Seen before:" not in first and f"  1. {first.splitlines()[1].strip()}" in second.splitlines()  # history
+    assert score(tmp_path, "--hints-reset", KATA).stdout.startswith(f"Hints of {KATA} start again")
+    assert score(tmp_path, "--hint", KATA).stdout.startswith(f"Hint 1 of 3 for {KATA}")
 
 
 def test_broken_solutions_cost_their_kata_with_a_reason(tmp_path):

@@ -46,7 +46,7 @@ from graders.frame.catalogue import KATAS, REPO_ROOT, is_available
 from graders.frame.levels import resolve_seed
 from graders.isolation.sandbox import sandbox_problem
 from graders.isolation.scan import scan_tree
-from graders.learner.progress import next_hint, remember
+from graders.learner.progress import next_hint, remember, reset_hints
 from graders.learner.report import next_step, print_table
 
 
@@ -63,7 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA",
                         help="grade only this kata (repeatable), e.g. --kata 03_conv_bn")
     parser.add_argument("--hint", choices=list(KATAS), metavar="KATA",
-                        help="show the next hint for KATA (one more each time you ask) and grade nothing")
+                        help="show the next hint for KATA (one more each time you ask; the ones seen before too) "
+                             "and grade nothing")
+    parser.add_argument("--hints-reset", choices=list(KATAS), metavar="KATA",
+                        help="start KATA's hints again at hint 1, and grade nothing")
     parser.add_argument("--team", help="store this run as the team's and regenerate the leaderboard")
     parser.add_argument("--submissions", type=Path, metavar="DIR",
                         help="organiser mode: grade every team folder DIR/<team>/ (a solution tree) and rank them")
@@ -144,6 +147,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.hint:
         print(next_hint(args.hint))
+        return 0
+    if args.hints_reset:
+        print(reset_hints(args.hints_reset))
         return 0
     if args.submit:
         from graders.arena.client import submit  # the live competition's client: no grading here

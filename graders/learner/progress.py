@@ -33,11 +33,16 @@ def is_complete(result: dict) -> bool:
     return result["points"] >= result.get("max_points", 100.0) - EPSILON
 
 
+def points_text(points: float) -> str:
+    """Points as every total shows them: one decimal where there is one (229.6), none where not (230)."""
+    return f"{round(points + EPSILON, 1):g}"
+
+
 def progress_line(katas: dict[str, dict]) -> str:
     graded = {k: r for k, r in katas.items() if r.get("status") != "not available"}
     done = sum(is_complete(r) for r in graded.values())
     points = sum(r.get("points", 0.0) for r in graded.values())
-    return f"{done}/{len(graded)} katas complete, {points + EPSILON:.0f}/{100 * len(graded)} points"
+    return f"{done}/{len(graded)} katas complete, {points_text(points)}/{100 * len(graded)} points"
 
 
 def _read(name: str) -> dict:
@@ -87,7 +92,8 @@ def hints(kata: str) -> list[str]:
 
 
 def next_hint(kata: str) -> str:
-    """The next hint of `kata`, one more each time it is asked for; the last one repeats."""
+    """The next hint of `kata`, one more each time it is asked for (score.py --hint and watch mode's h share the
+    count), with the ones shown before it below; once all are shown, all of them again."""
     all_hints = hints(kata)
     if not all_hints:
         return f"Kata {kata} has no hints yet: its README's Hints section is the place to look."
@@ -97,4 +103,14 @@ def next_hint(kata: str) -> str:
     _write("hints.json", state)
     more = (f"ask again for hint {shown + 1}" if shown < len(all_hints)
             else "that was the last one: the README's Hints section goes further")
-    return f"Hint {shown} of {len(all_hints)} for {kata} ({KATAS[kata]}):\n  {all_hints[shown - 1]}\n({more}.)"
+    earlier = ["Seen before:", *(f"  {n}. {text}" for n, text in enumerate(all_hints[:shown - 1], 1))] if shown > 1 else []
+    return "\n".join([f"Hint {shown} of {len(all_hints)} for {kata} ({KATAS[kata]}):", f"  {all_hints[shown - 1]}",
+                      *earlier, f"({more}; `uv run graders/score.py --hints-reset {kata}` starts again at 1.)"])
+
+
+def reset_hints(kata: str) -> str:
+    """Forget which hints of `kata` were shown: the next one asked for is hint 1."""
+    state = _read("hints.json")
+    state.pop(kata, None)
+    _write("hints.json", state)
+    return f"Hints of {kata} start again: the next one shown is hint 1 of {len(hints(kata))}."
