@@ -209,3 +209,26 @@ def test_committed_leaderboard_is_what_the_renderer_writes():
     runs, problems = load_runs(REPO_ROOT / "results")
     assert not problems
     assert (REPO_ROOT / "LEADERBOARD.md").read_text() == render(runs)
+
+
+def test_a_kata_with_points_is_not_reported_as_not_started(capsys):
+    """Kata 08 with find_elementwise_chains written and fuse_elementwise_chains still the stub earned points,
+    yet the table said "not started: solution.py is still the stub"; its total read 229.6 where the
+    progress line said 230. The status follows what was graded, and every total is one number."""
+    from graders.batch.summary import summarise
+    from graders.frame.levels import CheckResult
+    from graders.learner.report import print_table
+
+    kata = "08_elementwise_chains"
+    stub = "fuse_elementwise_chains is still the stub (it raises NotImplementedError): fill in the TODO(human) parts."
+    written = summarise(kata, [CheckResult(kata, 1, "find_basic", True, 10.0, 10.0, "ok"),
+                               CheckResult(kata, 1, "fuse_basic", False, 0.0, 10.0, stub)])
+    assert written["message"] == f"test_L1_pattern[fuse_basic]: {stub}"
+    untouched = summarise(kata, [CheckResult(kata, 1, "find_basic", False, 0.0, 10.0, stub.replace("fuse", "find")),
+                                 CheckResult(kata, 1, "fuse_basic", False, 0.0, 10.0, stub)])
+    assert untouched["message"] == "not started: solution.py is still the stub"
+    katas = {kata: {**written, "points": 29.6}, "09_gelu": untouched}
+    print_table(katas, 29.6, 200.0)
+    table = capsys.readouterr().out
+    assert "29.6/200" in table and "0/2 katas complete, 29.6/200 points" in table
+    assert table.splitlines()[0].split()[0] == "done"  # the mark column has a header, not a bare rule

@@ -22,8 +22,8 @@ def summarise(kata: str, results: list[CheckResult]) -> dict:
         message = f"DISQUALIFIED: {disqualified.test_id}: {disqualified.message.splitlines()[0]}"
     elif not failures:
         message = "full marks" if not any(r.skipped for r in results) else "all checks that ran passed"
-    elif all("still the stub" in r.message for r in failures):
-        message = "not started: solution.py is still the stub"
+    elif all("still the stub" in r.message for r in failures) and not any(r.points for r in results):
+        message = "not started: solution.py is still the stub"  # with points, a function is written: the failure
     else:
         message = f"{failures[0].test_id}: {failures[0].message.splitlines()[0]}"
     return {"status": "graded", "points": sum(e for e, _ in points.values()), "max_points": 100.0,

@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.frame.levels import LEVELS
-from graders.learner.progress import is_complete, progress_line
+from graders.learner.progress import is_complete, points_text, progress_line
 
 
 def level_cell(kata_result: dict, level: int) -> str:
@@ -31,8 +31,8 @@ def print_table(katas: dict[str, dict], total: float, possible: float) -> None:
         status = r["message"] if len(r["message"]) <= 100 else r["message"][:97] + "..."
         rows.append(["✓" if is_complete(r) else "", kata, *[level_cell(r, level) for level in LEVELS],
                      f"{r['points']:.1f}", speed, status])
-    rows.append(["", "total", *["" for _ in LEVELS], f"{total:.1f}/{possible:.0f}", "", ""])
-    headers = ["", "kata", *[f"L{n} {lv.name}" for n, lv in LEVELS.items()], "points", "speedup", "status"]
+    rows.append(["", "total", *["" for _ in LEVELS], f"{points_text(total)}/{possible:.0f}", "", ""])
+    headers = ["done", "kata", *[f"L{n} {lv.name}" for n, lv in LEVELS.items()], "points", "speedup", "status"]
     print(tabulate(rows, headers=headers))
     note = provisional_note(katas)
     if note:
