@@ -180,7 +180,8 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat, nursery):
     if cheat.lingers:  # what it leaves running goes after the grading process's records file
         if sandbox_problem():
             pytest.skip(f"needs the sandbox, which this machine lacks: {sandbox_problem()}")
-        _, results = grade_cheat(tmp_path, cheat, "--isolate", levels=levels)
+        graded, results = grade_cheat(tmp_path, cheat, "--isolate", levels=levels)
+        assert "isolated: the solution runs in a worker process, sandboxed" in graded.output  # the header says so
     else:
         root, socket_path = nursery
         (root / cheat.name).mkdir()

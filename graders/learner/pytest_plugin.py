@@ -9,7 +9,7 @@ beside the test; --seed, --device, --threads and --no-speed as in score.py; --re
 writes the check records (score.py reads them), --progress FILE
 follows a run of several katas, --machine-lock FILE shares the machine with other grading processes.
 
-May import: graders.frame, graders.isolation (the guard), graders.run (the session).
+May import: graders.frame, graders.isolation (the guard, the sandbox's probe), graders.run (the session).
 """
 from __future__ import annotations
 
@@ -114,7 +114,14 @@ def pytest_report_header(config):
     device = config.getoption("device")
     # On CUDA the session holds full float32 (graders/isolation/precision.py): TF32 would blur the comparisons.
     precision = ", full float32 (TF32 off in cuBLAS and cuDNN)" if device == "cuda" else ""
-    return f"fx-katas: grading seed {seed} (reproduce with --seed {seed}), device {device}{precision}"
+    where = ""
+    if config.getoption("isolate"):
+        from graders.isolation.sandbox import bwrap
+
+        where = (", isolated: the solution runs in a worker process, " +
+                 ("sandboxed (bubblewrap: no network, read-only system)" if bwrap() else
+                  "not sandboxed (bubblewrap cannot create namespaces on this machine)"))
+    return f"fx-katas: grading seed {seed} (reproduce with --seed {seed}), device {device}{precision}{where}"
 
 
 def kata_level_tests(kata: str):
