@@ -121,3 +121,18 @@ def test_an_implausible_reading_is_timed_again_before_it_disqualifies(monkeypatc
     assert "is 18.00x" in str(failure) and "read 20.00x" in str(failure) and "load average was" in str(failure)
     figures, taken = implausible_verdict(monkeypatch, [2.0])
     assert figures["speedup"] == 2.0 and "first_speedup" not in figures and len(taken) == 1
+
+
+def test_the_times_a_speed_sentence_shows_are_the_ones_its_ratio_came_from():
+    """Under load the reference's 03 failed L3 with "0.85x (baseline 0.87 ms, candidate 0.69 ms)": the median
+    of the ratios beside each side's median time, which can contradict it. The times shown are the median
+    round's; with an even number of rounds (stopped early) the lower middle round's."""
+    from graders.run.timing import speedup_of
+
+    base, cand = [1.0e-3, 1.0e-3, 3.0e-3], [2.0e-3, 0.5e-3, 1.5e-3]  # ratios 0.5, 2, 2; medians apart: 1 / 1.5
+    reading = speedup_of(base, cand)
+    assert reading.median == 2.0 and (reading.low, reading.high, reading.rounds) == (0.5, 2.0, 3)
+    assert reading.baseline_ms / reading.candidate_ms == reading.median
+    assert "the median round's baseline 1.00 ms, candidate 0.50 ms" in str(reading)
+    even = speedup_of([1.0, 1.3, 1.1, 1.2], [1.0, 1.0, 1.0, 1.0])
+    assert even.median == 1.1 and even.baseline_ms == 1100.0
