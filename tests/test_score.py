@@ -140,6 +140,16 @@ def test_leaderboard_ranks_by_points_then_speedup_and_keeps_latest_run(tmp_path)
     assert [row[1] for row in board_rows(board)] == ["best", "fast", "slow"]
 
 
+def test_teams_equal_on_points_and_speed_share_a_rank(tmp_path):
+    """Twenty teams on equal points were ranked alphabetically: a name orders a tie, it never wins one."""
+    for run in [fake_run("zeta", 90, 1.2), fake_run("alpha", 90, 1.2), fake_run("best", 100, 1.0),
+                fake_run("last", 80, 1.5), fake_run("mid", 90, 1.2)]:
+        store_run(tmp_path, run)
+    rows = board_rows(render(load_runs(tmp_path)[0]))
+    assert [(row[0], row[1]) for row in rows] == [("1", "best"), ("2", "alpha"), ("2", "mid"), ("2", "zeta"),
+                                                  ("5", "last")]
+
+
 def test_disqualified_team_is_listed_with_its_reason_but_not_ranked(tmp_path):
     store_run(tmp_path, fake_run("cheater", 100, 1.6, disqualified=["03_conv_bn: tampering: time.perf_counter was replaced"]))
     store_run(tmp_path, fake_run("honest", 60, 1.4))

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from graders.arena.db import Competition, KataResult, Submission, SubmittedFile, Team
 from graders.competition.leaderboard import regenerate
 from graders.competition.organiser import make_run
-from graders.competition.ranking import geomean_speedup, ranking_key
+from graders.competition.ranking import geomean_speedup, ranked
 from graders.competition.store import locked, store_run
 
 HIDDEN_LEVEL = 4
@@ -91,9 +91,9 @@ def standings(session: Session, competition: Competition, kata: str | None = Non
         run["pending"] = latest is not None and latest.status != "graded"
         runs.append(run)
     rows = []
-    for rank, run in enumerate(sorted(runs, key=ranking_key), 1):
+    for rank, run in ranked(runs):
         geo = geomean_speedup(run)
-        rows.append({"rank": "DQ" if run["disqualified"] else rank, "team": run["team"], "points": run["total_points"],
+        rows.append({"rank": rank, "team": run["team"], "points": run["total_points"],
                      "geomean_speedup": geo, "disqualified": bool(run["disqualified"]),
                      "katas": {k: r.get("points", 0.0) for k, r in run["katas"].items()},
                      "submission": run["submission"], "graded_at": run["timestamp"], "grading": run["pending"]})

@@ -1,6 +1,6 @@
 """The one ranking of teams: points, then the geometric mean of the speed levels' speedups (each capped),
-disqualified runs last; the team name settles ties. The leaderboard, organiser mode and any service rank
-with these functions.
+disqualified runs last. Teams equal on both share a rank (1, 2, 2, 4), listed by name: the name orders a
+tie, it never wins one. The leaderboard, organiser mode and any service rank with these functions.
 
 May import: the standard library.
 """
@@ -30,8 +30,19 @@ def geomean_speedup(run: dict) -> float | None:
 
 
 def ranking_key(run: dict) -> tuple:
-    """Ranked runs first, then more points, then a higher capped geomean speedup; the team name settles ties."""
+    """Ranked runs first, then more points, then a higher capped geomean speedup; the team name orders ties."""
     return bool(run["disqualified"]), -run["total_points"], -(geomean_speedup(run) or 0.0), run["team"]
+
+
+def ranked(runs: list[dict]) -> list[tuple[int | str, dict]]:
+    """The runs in ranking order, each with its rank: runs equal but for the team name share the rank of the
+    first of them (1, 2, 2, 4); a disqualified run's is "DQ"."""
+    rows, rank, previous = [], 0, None
+    for position, run in enumerate(sorted(runs, key=ranking_key), 1):
+        if ranking_key(run)[:3] != previous:
+            rank, previous = position, ranking_key(run)[:3]
+        rows.append(("DQ" if run["disqualified"] else rank, run))
+    return rows
 
 
 def latest_per_team(runs: list[dict]) -> list[dict]:
