@@ -324,6 +324,7 @@ def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
     assert "refuses ada's 04_dce: its project version (hash of graders/, conftest.py, pyproject.toml and the katas' " \
         "test files) is" in result["message"]
     assert "REFUSED: worker tcp://127.0.0.1:" in proc.stderr and "check out the organiser's commit" in proc.stderr
+    assert "is not encrypted and admits any worker" in proc.stderr  # a tcp:// cluster: the warning (tls below)
 
 
 def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processes):
@@ -429,3 +430,46 @@ def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grad
     assert len(killed) == 2  # allowed-failures 1: the second death is final
     others = {(team, kata): runs[team]["katas"][kata] for team, kata in [("ada", "05_cse"), ("bob", "04_dce")]}
     assert all(r["points"] == 80.0 for r in others.values()), {k: (r["status"], r["message"]) for k, r in others.items()}
+
+
+def test_a_tls_fleet_admits_only_workers_holding_its_certificate(tmp_path, processes):
+    """Across machines the scheduler listens on tls:// and every peer presents the fleet's certificate
+    (score.py --make-certificates; graders/competition/certificates.py): a worker without one, or with another
+    fleet's, never joins and is never given a job (before, anyone who reached the port could join, read the
+    seed and the teams' files and return forged points). score.py grades over it with --certificates (a plain
+    tcp:// cluster gets a warning that says what it admits: the version test above)."""
+    from distributed import Client
+
+    from graders.competition.certificates import make, security
+
+    ours, theirs = tmp_path / "certs", tmp_path / "other"
+    ca, fleet = make(ours)
+    other_ca, other_fleet = make(theirs)
+
+    def tls(ca_file, cert):
+        return ["--tls-ca-file", str(ca_file), "--tls-cert", str(cert), "--tls-key", str(cert)]
+
+    file = tmp_path / "scheduler.json"
+    start = lambda command, log: processes(command, stdout=subprocess.DEVNULL, stderr=open(tmp_path / log, "w"))  # noqa: E731
+    start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--host", "127.0.0.1",
+           "--port", "0", "--no-dashboard", "--scheduler-file", str(file), *tls(ca, fleet)], "scheduler.err")
+    address = wait_for(lambda: file.exists() and json.loads(file.read_text() or "{}").get("address"), 60, "the scheduler")
+    assert address.startswith("tls://127.0.0.1:")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "FX_KATAS_MACHINE_LOCK": str(tmp_path / "machine.lock")}
+    for name, options in (("trusted", tls(ca, fleet)), ("bare", []), ("stranger", tls(other_ca, other_fleet))):
+        processes([sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", name, "--nthreads", "2",
+                   "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(tmp_path / name),
+                   *options], cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                  stderr=open(tmp_path / f"{name}.err", "w"))
+    with pytest.raises(Exception):  # noqa: B017 - no certificate, no connection (whatever Dask raises for it)
+        Client(address, timeout=3)
+    with Client(address, timeout=30, security=security(ours)) as client:
+        client.wait_for_workers(1, timeout=120)
+        time.sleep(3)  # time for the others to try (they started with the trusted one)
+        assert sorted(w["name"] for w in client.scheduler_info()["workers"].values()) == ["trusted"]
+    assert "TLS handshake failed" in (tmp_path / "scheduler.err").read_text()  # the stranger tried, and was refused
+    subs = submissions(tmp_path, {"ada": {"05_cse": "reference"}})
+    proc, runs = score(tmp_path, subs, "--cluster", address, "--certificates", str(ours), "--no-speed",
+                       katas=["05_cse"])
+    assert points(runs) == {"ada": {"05_cse": 80.0}} and "Warning" not in proc.stderr
+    assert runs["ada"]["katas"]["05_cse"]["machine"]["worker"] == "trusted"

@@ -2,7 +2,7 @@
 
     uv run graders/arena.py create --kata 03_conv_bn --kata 04_dce --closes 2026-12-01T18:00 --rate 5/600
     uv run graders/arena.py team add "Team A" "Team B" # prints each team's token, once
-    uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tcp://HOST:8786]
+    uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tls://HOST:8786 --certificates DIR]
     uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
 
 May import: graders.frame, graders.arena (db, grading, app, board).
@@ -53,7 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--cluster", metavar="ADDRESS",
-                       help="grade on this Dask cluster (tcp://HOST:8786; default: a local cluster of the fleet's own)")
+                       help="grade on this Dask cluster (tls://HOST:8786 with --certificates, or tcp:// unencrypted; "
+                            "default: a local cluster of the fleet's own)")
+    serve.add_argument("--certificates", type=Path, metavar="DIR",
+                       help="the fleet's certificates for a tls:// --cluster (score.py --make-certificates DIR)")
     serve.add_argument("--grading-threads", type=int, default=1, metavar="N",
                        help="submissions graded at once (default 1)")
     create = commands.add_parser("create", parents=[common], help="create the competition; prints the organiser's token")
@@ -153,7 +156,7 @@ def serve(db: Database, args) -> int:
     from graders.arena.grading import make_grader
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0), grading_threads=args.grading_threads)
+    app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0, certificates=args.certificates), grading_threads=args.grading_threads)
     print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.url}).", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
     return 0

@@ -45,10 +45,10 @@ class Grader(Protocol):
 class FleetGrader:
     """The fleet (graders.competition.fleet.Fleet, a Dask client), imported only when used."""
 
-    def __init__(self, address: str | None = None, *, device: str = "cpu"):
+    def __init__(self, address: str | None = None, *, device: str = "cpu", certificates: Path | None = None):
         from graders.competition.fleet import Fleet  # lazily: the fleet and Dask are needed only here
 
-        self.fleet = Fleet(address, device=device)
+        self.fleet = Fleet(address, device=device, certificates=certificates)
 
     def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
         return self.fleet.grade(team, files, katas, seed, speed=speed, on_result=on_result)
@@ -68,10 +68,10 @@ class NoGrader:
         pass
 
 
-def make_grader(cluster: str | None, *, grades: bool = True) -> Grader:
-    """The grading backend: the fleet on the Dask cluster at `cluster` (tcp://HOST:8786), or on a local
-    cluster of its own when None; none when this server grades nothing."""
-    return FleetGrader(cluster) if grades else NoGrader()
+def make_grader(cluster: str | None, *, grades: bool = True, certificates: Path | None = None) -> Grader:
+    """The grading backend: the fleet on the Dask cluster at `cluster` (tls://HOST:8786 with the fleet's
+    `certificates`, or tcp://), or on a local cluster of its own when None; none when this server grades nothing."""
+    return FleetGrader(cluster, certificates=certificates) if grades else NoGrader()
 
 
 def stop_children() -> None:

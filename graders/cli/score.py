@@ -6,7 +6,7 @@
 
     uv run graders/score.py --hint 03_conv_bn                      # the next hint for a kata
     uv run graders/score.py --submissions teams/                    # organiser: grade every team
-    uv run graders/score.py --submissions teams/ --cluster tcp://HOST:8786   # ... on many machines
+    uv run graders/score.py --submissions teams/ --cluster tls://HOST:8786 --certificates fleet-tls/  # many machines
 
 Katas are graded in pytest subprocesses (the katas' test files, with --solutions pointing at the tree),
 kata after kata; a kata whose process crashed, hung or was tampered with is graded again in a process
@@ -16,7 +16,7 @@ a static scan (graders/scan.py) that flags attempts to change the grader rather 
 Organiser mode (--submissions DIR) grades every team folder in DIR with one secret seed: only the
 teams' NN_name/solution.py files are read, and every (team, kata) is graded as jobs of the fleet
 (graders/competition/fleet.py, Dask): on a cluster of its own in this process by default (--jobs N
-correctness jobs at once), or on a running scheduler and its workers (--cluster tcp://HOST:8786). A speed
+correctness jobs at once), or on a running scheduler and its workers (--cluster tls://HOST:8786 --certificates DIR). A speed
 job runs alone on its machine (--timing-host HOST: all on that one). Each job's result is saved as it
 arrives; --resume RUN grades only what a run is missing. Each team's run is stored and LEADERBOARD.md
 regenerated.
@@ -73,9 +73,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), metavar="N",
                         help="grade the correctness levels in N processes at once (default: one per core; speed "
                              "levels always run alone); organiser mode without --cluster: N jobs at once")
-    parser.add_argument("--cluster", metavar="tcp://HOST:8786",
+    parser.add_argument("--cluster", metavar="tls://HOST:8786",
                         help="organiser mode: grade on this Dask scheduler's workers (default: a cluster of its own "
-                             "on this machine)")
+                             "on this machine); tls:// with --certificates, or tcp:// unencrypted, admitting anyone")
+    parser.add_argument("--certificates", type=Path, metavar="DIR",
+                        help="organiser mode: the fleet's certificates (ca.pem, fleet.pem) for a tls:// --cluster")
+    parser.add_argument("--make-certificates", type=Path, metavar="DIR",
+                        help="write a new fleet's certificates into DIR (ca.pem, and fleet.pem with its key: copy "
+                             "DIR to every grading machine), print how to start the fleet with them, grade nothing")
     parser.add_argument("--timing-host", metavar="HOST",
                         help="organiser mode: time every speed level on this one machine of the cluster")
     parser.add_argument("--resume", metavar="RUN",
@@ -116,8 +121,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error("--submissions grades every team folder: it takes neither --solutions nor --team")
         if not args.submissions.is_dir():
             parser.error(f"--submissions {args.submissions}: no such folder")
-    elif args.cluster or args.timing_host or args.resume:
-        parser.error("--cluster, --timing-host and --resume are for organiser mode (--submissions DIR)")
+    elif args.cluster or args.timing_host or args.resume or args.certificates:
+        parser.error("--cluster, --certificates, --timing-host and --resume are for organiser mode (--submissions DIR)")
+    if args.certificates and not (args.cluster or "").startswith("tls://"):
+        parser.error("--certificates is for a tls:// --cluster")
     elif not args.solutions.is_dir():
         parser.error(f"--solutions {args.solutions}: no such folder")
     args.isolate = args.isolate or args.submissions is not None
@@ -151,6 +158,17 @@ def main(argv=None) -> int:
     if args.hints_reset:
         print(reset_hints(args.hints_reset))
         return 0
+    if args.make_certificates:
+        from graders.competition.certificates import make
+
+        ca, fleet = make(args.make_certificates)
+        tls = f"--tls-ca-file {ca} --tls-cert {fleet} --tls-key {fleet}"
+        print(f"Wrote {ca} and {fleet} (the fleet's key: copy {args.make_certificates} to every grading machine, and "
+              f"to no one else). Then:\n  uv run dask scheduler --protocol tls --port 8786 {tls}\n"
+              f"  uv run dask worker tls://HOST:8786 {tls} --nthreads $(nproc) --name $(hostname)\n"
+              f"  uv run graders/score.py --submissions submissions/ --cluster tls://HOST:8786 "
+              f"--certificates {args.make_certificates}")
+        return 0
     if args.submit:
         from graders.arena.client import submit  # the live competition's client: no grading here
 
@@ -172,11 +190,12 @@ def main(argv=None) -> int:
             try:
                 with Fleet(args.cluster, timing_host=args.timing_host, device=args.device, threads=args.threads,
                            kata_timeout=args.kata_timeout, kata_memory=args.kata_memory, slots=args.jobs,
-                           check_timeout=args.check_timeout) as fleet:
+                           check_timeout=args.check_timeout, certificates=args.certificates) as fleet:
                     graded = grade_teams(fleet, {team: read_files(tree) for team, tree in trees.items()}, available,
                                          seed, not args.no_speed, folder)
             except FleetLost as lost:
-                again = " ".join(["--resume", folder.run] + (["--cluster", args.cluster] if args.cluster else []))
+                again = " ".join(["--resume", folder.run] + (["--cluster", args.cluster] if args.cluster else [])
+                                 + (["--certificates", str(args.certificates)] if args.certificates else []))
                 print(f"Stopped: {lost}. Nothing was stored as a team's result and {args.leaderboard} is unchanged; "
                       f"the jobs graded before are kept in run {folder.run}. Start the scheduler and its workers "
                       f"again, then run the same command with {again} to grade the rest.", file=sys.stderr, flush=True)

@@ -1,8 +1,10 @@
 """The grading fleet: every (team, kata) graded as Dask jobs, on one machine or many.
 
 With no address a `Fleet` starts a Dask cluster of its own inside this process (the embedded default: one
-worker, one thread per core, nothing to start); with `tcp://HOST:8786` it uses a running scheduler and
-the workers that joined it (`dask worker tcp://HOST:8786 --nthreads $(nproc)`). A job
+worker, one thread per core, nothing to start); with `tls://HOST:8786` it uses a running scheduler and
+the workers that joined it (`dask worker tls://HOST:8786 --nthreads $(nproc)`), each of them and score.py
+holding the fleet's certificate (graders/competition/certificates.py; a `tcp://` address works unencrypted,
+with a warning: it admits anyone). A job
 (graders/competition/jobs.py) carries data only: a team's solution file, the kata, the phase, the device
 and the seed; the worker machine grades it in processes of its own and sends back the records.
 
@@ -20,7 +22,7 @@ and the seed; the worker machine grades it in processes of its own and sends bac
 - A lost scheduler is no verdict: `run_jobs` raises `FleetLost` (the jobs graded before it stay saved by
   the caller, and a resumed run grades the others); no job is reported as crashed for it.
 
-May import: graders.frame, graders.batch, graders.competition (jobs).
+May import: graders.frame, graders.batch, graders.competition (jobs, certificates).
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from graders.batch.summary import failed_grading, is_shipped_stub, stub_records, summarise_phases
+from graders.competition.certificates import plain_warning, security
 from graders.competition.jobs import PHASES, did_not_load, grade_job, make_job, speed_not_run, warm_up
 from graders.frame.levels import CheckResult
 
@@ -59,7 +63,7 @@ class Fleet:
 
     def __init__(self, address: str | None = None, *, timing_host: str | None = None, device: str = "cpu",
                  threads: int = 1, kata_timeout: float = 900.0, kata_memory: float = 8.0, slots: int | None = None,
-                 check_timeout: float | None = None):
+                 check_timeout: float | None = None, certificates: Path | None = None):
         from distributed import Client, LocalCluster  # here: a learner's score.py needs no Dask
 
         self.device, self.threads, self.kata_timeout, self.kata_memory = device, threads, kata_timeout, kata_memory
@@ -72,7 +76,10 @@ class Fleet:
                                         processes=False, dashboard_address=None)
             self.client = Client(self.cluster)
         else:
-            self.client = Client(address, timeout=30)
+            warning = plain_warning(address)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+            self.client = Client(address, timeout=30, **({"security": security(certificates)} if certificates else {}))
         try:  # every machine starts its zygote while the jobs are being prepared; only a head start
             self.client.run(warm_up, on_error="ignore")
         except Exception:  # noqa: BLE001 - a worker that cannot (another version) refuses its jobs later, with a sentence
