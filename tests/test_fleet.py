@@ -365,7 +365,17 @@ def test_the_fleet_grades_one_teams_files_for_a_service():
     files = {"04_dce/solution.py": (REPO_ROOT / "katas" / "04_dce" / "solution.py").read_bytes(),
              "05_cse/solution.py": b"def eliminate(gm)\n"}
     seen = []
+    import psutil
+
+    def listening() -> set:
+        return {(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections() if c.status == "LISTEN"}
+
+    before = listening()
     with Fleet(slots=2) as fleet:
+        # the embedded cluster: in-process transport, and whatever Dask opens all the same on loopback alone
+        opened = listening() - before
+        assert fleet.client.scheduler.address.startswith("inproc://") and opened
+        assert {ip for ip, _ in opened} <= {"127.0.0.1", "::1"}, opened
         summaries = fleet.grade("ada", files, KATAS, seed=1, speed=False,
                                 on_result=lambda team, kata, summary: seen.append((team, kata, summary["points"])))
     assert sorted(seen) == [("ada", "04_dce", 0.0), ("ada", "05_cse", 0.0)]

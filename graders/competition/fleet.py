@@ -72,8 +72,11 @@ class Fleet:
         if address is None:
             # Threads, not processes: a job only starts and watches its grading subprocess, so the worker
             # needs no process of its own (no second Python, no second import), and it dies with us.
+            # In-process transport; the dashboards Dask starts all the same listen on loopback only (given
+            # None, LocalCluster opened one on 0.0.0.0:8787 and the worker's on another port of 0.0.0.0).
             self.cluster = LocalCluster(n_workers=1, threads_per_worker=slots or len(os.sched_getaffinity(0)),
-                                        processes=False, dashboard_address=None)
+                                        processes=False, dashboard_address="127.0.0.1:0",
+                                        worker_dashboard_address="127.0.0.1:0")
             self.client = Client(self.cluster)
         else:
             warning = plain_warning(address)
