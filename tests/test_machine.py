@@ -321,3 +321,80 @@ def test_a_sockets_folder_left_by_a_killed_process_is_removed_by_the_next_one(tm
     finally:
         claim.close()
         shutil.rmtree(held, ignore_errors=True)
+
+
+def test_an_idle_nursery_is_closed_though_no_other_job_ends(tmp_path, monkeypatch):
+    """An idle team's nursery (~690 MB) stayed until another job ended on its machine; now it goes
+    IDLE_SECONDS after its last job whatever else happens, its folder with it."""
+    from graders.competition import nurseries
+
+    monkeypatch.setattr(nurseries, "IDLE_SECONDS", 0.5)
+    source = (REPO_ROOT / "katas" / "04_dce" / "solution.py").read_bytes()
+    with nurseries.team_nursery("ada\0idle", "04_dce", source) as (tree, socket_path):
+        nursery = nurseries._teams["ada\0idle"].started.result()
+        assert nursery_processes(nursery) > 0
+    assert eventually(lambda: "ada\0idle" not in nurseries._teams and not tree.exists(), 10)
+    assert eventually(lambda: nursery_processes(nursery) == 0, 10)
+
+
+ZYGOTE_IDLE = """
+import os, sys, time
+from pathlib import Path
+from graders.batch.zygote import ForkedProcess
+def grade(n):
+    process = ForkedProcess(["-q", "-p", "no:cacheprovider", sys.argv[1]], Path(sys.argv[2]) / f"log{n}", dict(os.environ), 8.0)
+    assert process.wait(120) == 0, (Path(sys.argv[2]) / f"log{n}").read_text()
+    return process.zygote
+first = grade(1)
+first.process.wait(60)  # idle: it exits by itself
+second = grade(2)  # and the next grading starts a new one
+print(first.process.returncode, first.process.pid != second.process.pid, flush=True)
+"""
+
+
+def test_an_idle_zygote_exits_and_the_next_grading_starts_another(tmp_path):
+    """A fleet machine kept its zygote (~650 MB) for as long as its worker lived; now the zygote exits once
+    it has had no child and no request for FX_KATAS_ZYGOTE_IDLE seconds, and the next grading forks from a new one."""
+    (tmp_path / "test_probe.py").write_text("def test_nothing():\n    pass\n")
+    out = subprocess.run([sys.executable, "-c", ZYGOTE_IDLE, str(tmp_path / "test_probe.py"), str(tmp_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "FX_KATAS_ZYGOTE_IDLE": "1"})
+    assert out.stdout.split() == ["0", "True"], out.stderr[-2000:]
+
+
+CLAIMER = """
+import sys, time
+from pathlib import Path
+from graders.frame.scratch import claim_folder
+folder, claim = claim_folder("fx-katas-test-", Path(sys.argv[1]))
+(folder / "solution.py").write_text("a team's file")
+print(folder, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_scratch_folder_of_a_killed_process_is_removed_by_the_next_one_and_a_living_one_is_not(tmp_path):
+    """A SIGKILL runs no clean-up: score.py's staging folder (every team's solution.py) and the grading
+    processes' scratch (the run's seed) stayed in /tmp. Claimed folders (graders/frame/scratch.py) go at
+    the next claim of their prefix once their process is dead, and never while it lives."""
+    from graders.frame.scratch import claim_folder, claimed_folder
+
+    def start():
+        process = subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path)], cwd=REPO_ROOT, text=True,
+                                   stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        return process, Path(process.stdout.readline().strip())
+
+    killed, killed_folder = start()
+    living, living_folder = start()
+    killed.kill()
+    killed.wait()
+    try:
+        with claimed_folder("fx-katas-test-", tmp_path) as mine:
+            assert not killed_folder.exists() and (living_folder / "solution.py").exists() and mine.exists()
+        assert not mine.exists()
+    finally:
+        living.kill()
+        living.wait()
+    folder, claim = claim_folder("fx-katas-test-", tmp_path)
+    claim.close()
+    assert not living_folder.exists() and folder.exists()

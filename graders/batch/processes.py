@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from graders.batch.zygote import ForkedProcess
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.lifetimes import cap_memory, die_with_parent, kill_group
 from graders.frame.levels import CheckResult
+from graders.frame.scratch import claimed_folder
 
 # The levels of a correctness phase and of a speed phase (--levels of the pytest plugin).
 CORRECTNESS_LEVELS, SPEED_LEVELS = "1,2,4", "3"
@@ -138,7 +138,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
     share that machine lock (graders/frame/machinelock.py); threads_each sizes their thread pools (a fleet
     worker's cores shared by its jobs)."""
     test_files = [str(REPO_ROOT / "katas" / kata / f"test_{kata}.py") for kata in katas]
-    with tempfile.TemporaryDirectory() as tmp:
+    with claimed_folder("fx-katas-grading-") as tmp:  # removed by the next one if this process is killed
         tmp = Path(tmp)
         (tmp / "claims").mkdir()
         # Plugins grading never uses stay out: anyio's alone costs 0.3 s of start-up (its package is loaded

@@ -15,7 +15,9 @@ score.py, or the whole `dask worker` command line, in every grading process.)
 A forked grading process runs what `python -m pytest ARGS` runs, with what run_katas gives a subprocess:
 a session of its own (its process group is killed as one), its output in a file, the address-space cap,
 the environment it would have been given, and death with the zygote, which exits when the process that
-started it closes its pipe (or dies). Thread pools: torch creates its own lazily, so the zygote has none
+started it closes its pipe (or dies), or when it has forked nothing and has no child for IDLE_SECONDS
+(about 650 MB of torch and graders a fleet machine should not keep for a run long over; the next request
+starts a new one, and a request that meets a zygote on its way out is made again of the new one). Thread pools: torch creates its own lazily, so the zygote has none
 to lose; each grading process sets its own (OMP_NUM_THREADS, torch.set_num_threads).
 
 Protocol, a JSON line each way: the client sends {"args", "output", "env", "memory"}; the zygote answers
@@ -36,11 +38,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
 from graders.frame.lifetimes import cap_memory, die_with_parent, kill_group
 from graders.frame.machinelock import MachineLock, default_path
+
+# A zygote with no child that has been asked for nothing this long exits (FX_KATAS_ZYGOTE_IDLE to change it).
+IDLE_SECONDS = float(os.environ.get("FX_KATAS_ZYGOTE_IDLE", "300"))
 
 # What every grading process imports before it grades: loaded once, in the zygote.
 PRELOAD = ["torch", "torch.fx", "torch.utils.benchmark", "pytest", "tabulate", "cloudpickle",
@@ -115,6 +121,7 @@ def serve() -> None:
     selector.register(requests, selectors.EVENT_READ)
     pending = b""
     children: set[int] = set()
+    quiet_since = time.monotonic()
 
     def say(message: dict) -> None:
         out.write(json.dumps(message) + "\n")
@@ -122,6 +129,8 @@ def serve() -> None:
 
     while True:
         ready = selector.select(timeout=0.1)
+        if not ready and not children and time.monotonic() - quiet_since > IDLE_SECONDS:
+            os._exit(0)  # idle: the client starts another when it needs one (Zygote.get)
         if ready:
             chunk = os.read(requests.fileno(), 65536)
             if not chunk:  # the client is gone: so are we, and our children with us (their death signal)
@@ -135,11 +144,13 @@ def serve() -> None:
                     _grading_process(request)
                 children.add(pid)
                 say({"pid": pid})
+                quiet_since = time.monotonic()
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 children.discard(pid)
                 say({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+                quiet_since = time.monotonic()
 
 
 # --- the client, in the process that grades -------------------------------------------------------------
@@ -181,22 +192,35 @@ class Zygote:
             return cls._current
 
     def fork(self, request: dict) -> int:
-        with self._lock:
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+        with self._lock:  # one request at a time: each answer (or the one None of its ending) is its own
+            if self.ended.is_set():
+                raise ZygoteEnded("the zygote process had ended")
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+            except (BrokenPipeError, ValueError):  # it ended (idle, or killed): the listener says None
+                pass
             pid = self.pids.get()
         if pid is None:
-            raise RuntimeError("the zygote process ended before it forked the grading process")
+            raise ZygoteEnded("the zygote process ended before it forked the grading process")
         return pid
+
+
+class ZygoteEnded(RuntimeError):
+    """The zygote was gone (idle, or killed) before it forked the grading process asked for."""
 
 
 class ForkedProcess:
     """A grading process forked by the zygote, with the surface of subprocess.Popen that run_katas uses."""
 
     def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float, device: str = "cpu"):
-        self.zygote = Zygote.get()
-        self.pid = self.zygote.fork({"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30),
-                                     "device": device})
+        request = {"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30), "device": device}
+        try:
+            self.zygote = Zygote.get()
+            self.pid = self.zygote.fork(request)
+        except ZygoteEnded:  # met it on its way out (it exits when idle): once more, of a new one
+            self.zygote = Zygote.get()
+            self.pid = self.zygote.fork(request)
 
     @property
     def returncode(self) -> int | None:

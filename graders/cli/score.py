@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from graders.batch.processes import grade_tree
@@ -44,6 +43,7 @@ from graders.competition.organiser import apply_scan, grade_teams, make_run, pri
 from graders.competition.store import RunFolder, locked, store_run
 from graders.frame.catalogue import KATAS, REPO_ROOT, is_available
 from graders.frame.levels import resolve_seed
+from graders.frame.scratch import claimed_folder
 from graders.isolation.sandbox import sandbox_problem
 from graders.isolation.scan import scan_tree
 from graders.learner.progress import next_hint, remember, reset_hints
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     available = [k for k in selected if is_available(k)]
     if args.isolate and sandbox_problem():
         print(f"WARNING: {sandbox_problem()}", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory() as staging:
+    with claimed_folder("fx-katas-staging-") as staging:  # removed by the next run if this one is killed
         if organiser:
             trees = stage_submissions(args.submissions, available, Path(staging))
             print(f"Grading {len(trees)} teams from {args.submissions} on {args.device}, one secret seed for all; "

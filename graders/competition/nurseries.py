@@ -7,14 +7,14 @@ key: the team and a hash of all its files, so a resubmission gets a sandbox of i
 Nurseries start from one long-lived thread of this process: the sandbox dies with the thread that
 started it (bubblewrap's --die-with-parent), and a Dask worker's job threads come and go. One that no job
 has used for IDLE_SECONDS, or beyond the KEEP_IDLE most recently used idle ones, is closed (its workers
-with it) and its folder removed.
+with it) and its folder removed: when a job ends, and IDLE_SECONDS after it even if no other job ever
+ends on this machine (before, an idle nursery's ~690 MB stayed until one did).
 
 May import: graders.frame, graders.isolation (the nursery).
 """
 from __future__ import annotations
 
 import atexit
-import fcntl
 import os
 import shutil
 import tempfile
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.frame.machinelock import MachineLock, default_path
+from graders.frame.scratch import claim_folder
 from graders.isolation.nursery import Limits, Nursery, open_nursery
 
 IDLE_SECONDS, KEEP_IDLE = 60.0, 2
@@ -60,23 +61,9 @@ SOCKETS = Path("/tmp") if os.path.isdir("/tmp") else Path(tempfile.gettempdir())
 
 
 def _sockets_folder():
-    """A new folder for a nursery's socket, and its claim: a file this process holds locked while it lives.
-    Folders whose claim nobody holds (their process was killed before it could remove them) go first."""
-    for stale in SOCKETS.glob("fx-katas-nursery-*"):
-        try:
-            with open(stale / "owner", "rb") as claim:
-                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue  # alive
-        except OSError:
-            pass  # no claim yet (being made), or gone: leave it to its owner
-        else:
-            shutil.rmtree(stale, ignore_errors=True)
-    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-nursery-", dir=SOCKETS))
-    claim = open(sockets / "owner.part", "wb")
-    fcntl.flock(claim, fcntl.LOCK_EX)
-    os.rename(sockets / "owner.part", sockets / "owner")  # claimed before any sweep can see the claim
-    return sockets, claim
+    """A new folder for a nursery's socket, and its claim (graders/frame/scratch.py): folders whose claim
+    nobody holds (their process was killed before it could remove them) go first."""
+    return claim_folder("fx-katas-nursery-", SOCKETS)
 
 
 def _start(solutions: Path, sockets: Path, limits: Limits) -> Nursery:
@@ -127,13 +114,22 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
         with _lock:
             team.users -= 1
             team.used = time.monotonic()
-            idle = sorted((t for t in _teams.items() if t[1].users == 0), key=lambda t: t[1].used, reverse=True)
-            closing = [(k, t) for n, (k, t) in enumerate(idle)
-                       if n >= KEEP_IDLE or time.monotonic() - t.used > IDLE_SECONDS or not _usable(t)]
-            for k, _ in closing:
-                del _teams[k]
-        for _, t in closing:
-            _close(t)
+        _sweep()
+        later = threading.Timer(IDLE_SECONDS + 1.0, _sweep)  # the sweep that finds it idle, if no job ends first
+        later.daemon = True
+        later.start()
+
+
+def _sweep() -> None:
+    """Close the nurseries idle for IDLE_SECONDS, beyond the KEEP_IDLE most recently used, or dead."""
+    with _lock:
+        idle = sorted((t for t in _teams.items() if t[1].users == 0), key=lambda t: t[1].used, reverse=True)
+        closing = [(k, t) for n, (k, t) in enumerate(idle)
+                   if n >= KEEP_IDLE or time.monotonic() - t.used > IDLE_SECONDS or not _usable(t)]
+        for k, _ in closing:
+            del _teams[k]
+    for _, t in closing:
+        _close(t)
 
 
 def _close(team: _Team) -> None:
