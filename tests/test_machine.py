@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import pytest
 from pathlib import Path
 
 from graders.batch.processes import run_katas
@@ -398,3 +400,45 @@ def test_a_scratch_folder_of_a_killed_process_is_removed_by_the_next_one_and_a_l
     folder, claim = claim_folder("fx-katas-test-", tmp_path)
     claim.close()
     assert not living_folder.exists() and folder.exists()
+
+
+HOARDER = """import os
+
+def eliminate_dead_code(gm):
+    written = 0
+    try:
+        with open("/tmp/hoard", "wb") as out:
+            for _ in range(1024):
+                out.write(bytes(2**20))
+                out.flush()
+                written += 2**20
+    except OSError:
+        pass
+    try:
+        with open(SOCKETS + "/hoard", "wb") as out:
+            out.write(bytes(2**20))
+        host = "written"
+    except OSError as error:
+        host = type(error).__name__
+    raise RuntimeError(f"tmp {written // 2**20} MiB, sockets folder {host}")
+"""
+
+
+def test_a_team_s_scratch_is_capped_and_nothing_of_the_host_is_writable(tmp_path):
+    """A solution wrote 5 GiB into its sandbox's /tmp (memory, capped at half the machine per sandbox) and
+    1 GiB into its nursery's socket folder on the host disk. /tmp is capped (sandbox.TMP_BYTES) and the socket
+    is handed in as an open descriptor: its folder is not in the sandbox at all."""
+    from graders.isolation.sandbox import TMP_BYTES, sandbox_problem
+    from graders.run.session import grade
+
+    if sandbox_problem():
+        pytest.skip(sandbox_problem())
+    sockets = tmp_path / "sockets"
+    tree, nursery = nursery_tree(tmp_path, "04_dce", HOARDER.replace("SOCKETS", repr(str(sockets))))
+    try:
+        results = grade("04_dce", tree, seed=0, isolate=True, nursery=nursery.socket_path, levels=(1,))
+    finally:
+        nursery.close()
+    message = next(r.message for r in results if "MiB" in r.message)
+    assert f"tmp {TMP_BYTES // 2**20} MiB" in message or f"tmp {TMP_BYTES // 2**20 - 1} MiB" in message, message
+    assert "sockets folder written" not in message and not (sockets / "hoard").exists(), message

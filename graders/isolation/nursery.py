@@ -2,8 +2,10 @@
 worker's start (bubblewrap, Python, torch: about 1.7 s of CPU) once per team instead of once per kata.
 
 The fleet (graders/competition/jobs.py) starts a nursery per team's tree on a machine, inside the sandbox a
-worker gets (graders/isolation/sandbox.py), with that team's staged solution files read-only and a folder
-for its socket. The nursery imports what a worker needs, then listens on the socket: each connection is a
+worker gets (graders/isolation/sandbox.py), with that team's staged solution files read-only. Its socket
+is made and bound outside, in a host folder the sandbox does not see, and handed in as an open file
+descriptor: nothing of the host is writable inside (before, the socket's folder was, and a solution wrote
+1 GiB there). The nursery imports what a worker needs, then listens on the socket: each connection is a
 judge asking for one worker (the kata, the solution file and the thread count, a JSON line); the nursery
 forks a child that becomes that worker (graders/isolation/serve.py), speaking the usual channel over the
 connection. Only one team's code ever runs in a nursery, so what its katas' workers can do to each other
@@ -15,7 +17,8 @@ group when the judge's end closes (a judge that stops a worker, times it out, or
 ends, the nursery reaps it and tells the judge how (the status a reply frame carries), then closes the
 connection. The nursery ends when its owner closes its stdin, its workers with it.
 
-`python -m graders.isolation.nursery SOCKET` (inside the sandbox); `open_nursery` starts one.
+`python -m graders.isolation.nursery SOCKET MEMORY CPU DEVICE sandboxed|plain FD` (inside the sandbox; SOCKET
+names it, FD is the listening socket); `open_nursery` starts one.
 
 May import: graders.frame, graders.isolation (sandbox, serve, channel).
 """
@@ -62,7 +65,7 @@ def _child(connection: socket.socket, request: dict, limits: Limits, others: lis
         os._exit(code)
 
 
-def serve_nursery(path: str, limits: Limits, sandboxed: bool) -> None:
+def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
     """The nursery's loop: fork a worker per connection, kill it when its judge lets go, reap it."""
     import gc
 
@@ -74,9 +77,7 @@ def serve_nursery(path: str, limits: Limits, sandboxed: bool) -> None:
         serve._warm_up(kata)
     gc.freeze()  # out of the collector's sight: every worker shares these pages (the gc docs' advice before fork)
 
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(16)
+    listener = socket.socket(fileno=listening)  # bound and listening already: made by open_nursery, outside
     poller = select.poll()
     poller.register(0, select.POLLIN)  # the owner's pipe: EOF ends the nursery
     poller.register(listener, select.POLLIN)
@@ -183,13 +184,20 @@ def open_nursery(solutions: Path, sockets: Path, limits: Limits = Limits()) -> N
     if len(os.fsencode(socket_path)) > 107:  # sockaddr_un's limit
         raise ValueError(f"a nursery's socket path is longer than a Unix socket's 107 bytes: {socket_path}")
     binary = bwrap()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path))
+    listener.listen(16)
     command = [sys.executable, "-m", "graders.isolation.nursery", str(socket_path), str(limits.memory_gb),
-               str(limits.cpu_s), limits.device, "sandboxed" if binary else "plain"]
+               str(limits.cpu_s), limits.device, "sandboxed" if binary else "plain", str(listener.fileno())]
     if binary is not None:
-        command = [binary, *sandbox_arguments([solutions], limits.device), "--bind", str(sockets), str(sockets), *command]
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-                               close_fds=True, cwd="/tmp" if os.path.isdir("/tmp") else None,
-                               env=starting_environment(binary is not None))
+        command = [binary, *sandbox_arguments([solutions], limits.device), *command]
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                                   close_fds=True, pass_fds=(listener.fileno(),),
+                                   cwd="/tmp" if os.path.isdir("/tmp") else None,
+                                   env=starting_environment(binary is not None))
+    finally:
+        listener.close()  # the nursery holds its own copy
     if process.stdout.readline() != b"ready\n":
         process.kill()
         process.wait()
@@ -206,4 +214,4 @@ def connect(socket_path: Path, solution: Path, kata: str, threads: int) -> socke
 
 
 if __name__ == "__main__":
-    serve_nursery(sys.argv[1], Limits(float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]), sys.argv[5] == "sandboxed")
+    serve_nursery(int(sys.argv[6]), Limits(float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]), sys.argv[5] == "sandboxed")

