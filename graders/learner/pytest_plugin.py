@@ -275,7 +275,7 @@ def speed_lines(kata: str, kata_results, device: str) -> list[str]:
             lines.append(f"speed: {f['speedup']:.2f}x (needs {f['threshold']:.2f}x"
                          f"{', provisional' if f.get('provisional') else ''}; rounds {f['speedup_low']:.2f}x-"
                          f"{f['speedup_high']:.2f}x); aten ops {f['aten_ops_before']} -> {f['aten_ops_after']}, "
-                         f"bytes written {f['bytes_written_before']:,} -> {f['bytes_written_after']:,}")
+                         f"fresh-tensor bytes {f['bytes_written_before']:,} -> {f['bytes_written_after']:,}")
     if any(r.level == 3 and r.figures.get("provisional") for r in kata_results):
         lines.append(f"provisional: {kata}'s {device} speed threshold has not been calibrated on this device "
                      f"(bench/calibrate.py --device {device}); its L3 verdict is not a measured standard.")

@@ -80,11 +80,13 @@ def _shapes(inputs: tuple) -> str:
 def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: list[tuple], *,
                         what: str = "the rewritten module", rtol: float = RTOL, atol: float = ATOL,
                         hint: str = "", graphs: tuple | None = None, seed: int | None = None) -> None:
-    """Outputs must match in structure, shape, dtype, device and value on every input set.
+    """Outputs must match in structure, shape, dtype, device and value on every input set, and what a call
+    returned must stay as it was through the calls after it, as the original's does.
 
     `graphs`, a (before, after) pair of GraphModules, are shown after the sentence when outputs differ.
     `seed`: both sides run from this generator state (models that draw random numbers).
     """
+    earlier: list[tuple[tuple, list, list]] = []  # (inputs, the original's outputs, the candidate's), with copies
     for inputs in inputs_list:
         # The same tensors, not copies: the speed level's recheck relies on the timed input's own storage.
         want = run_module(expected, inputs, "the original model", seed=seed)
@@ -98,6 +100,28 @@ def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: li
                 + (f" Hint: {hint}" if hint else "")
                 + (before_after(*graphs) if graphs else "")
             ) from None
+        _assert_earlier_outputs_kept(earlier, what, hint, graphs)
+        earlier.append((inputs, _kept(want), _kept(got)))
+
+
+def _kept(outputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each tensor an output holds, with a copy of its values as returned."""
+    return [(t, t.detach().clone()) for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+
+
+def _assert_earlier_outputs_kept(earlier: list, what: str, hint: str, graphs: tuple | None) -> None:
+    """A module that computes into storage of its own (a buffer, an `out=` tensor it keeps) and returns it hands
+    every caller the same tensor: the next call overwrites the result the caller holds. Each call is compared
+    right after it, so only a look back shows it."""
+    for inputs, want, got in earlier:
+        for index, ((tensor, copy), (original, original_copy)) in enumerate(zip(got, want)):
+            if not torch.equal(tensor.detach(), copy) and torch.equal(original.detach(), original_copy):
+                raise CheckFailed(
+                    f"{what} returned on inputs of shape {_shapes(inputs)} an output (tensor {index}) that a later "
+                    "call overwrote: it returns storage it keeps and writes again (a buffer of its own, an out= "
+                    "tensor), so the result a caller holds changes under it; the original's stays as returned. "
+                    "Return a fresh tensor (one the call allocates, or a view of its inputs)."
+                    + (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else ""))
 
 
 def describe_difference(got, want) -> str | None:

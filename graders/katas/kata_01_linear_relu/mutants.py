@@ -3,6 +3,11 @@ from graders.run import Mutant, Variant
 
 FORWARD = "        return F.linear(x, self.weight, self.bias).relu_()"
 REWIRE = "        relu_node.replace_all_uses_with(fused_node)\n        gm.graph.erase_node(relu_node)\n"
+# From the fused module's last line in __init__ to its forward's return: one piece, to change both.
+INIT_TO_FORWARD = ('        self.register_parameter("bias", linear.bias)  # accepts None, for a Linear without bias\n\n'
+                   "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+                   "        # The ReLU overwrites the fresh GEMM output: no second tensor, no second module call.\n"
+                   + FORWARD)
 INSTALL = "        gm.set_submodule(linear_node.target, FusedLinearReLU(modules[linear_node.target]))\n"
 NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    calls",
                "    return gm\n    modules = dict(gm.named_modules())\n    calls", caught_at=1)
@@ -94,6 +99,14 @@ MUTANTS = [
            "        linear_node = _relu_input(relu_node)\n"
            '        if not isinstance(linear_node, fx.Node) or "fc" not in str(linear_node.target):\n'
            "            continue\n", caught_at=4),
+    # Computes into a buffer of its own and returns it: no fresh bytes at all, right outputs call by call, but
+    # the next call overwrites the result the caller holds (the run path looks back: graders/run/numerics.py).
+    Mutant("returns_its_own_buffer", INIT_TO_FORWARD,
+           INIT_TO_FORWARD.replace(
+               "\n\n    def forward",
+               '\n        self.register_buffer("out", torch.empty(0), persistent=False)  # reused: nothing to allocate'
+               "\n\n    def forward").replace(FORWARD, "        return torch.addmm(self.bias, x, self.weight.t(), out=self.out).relu_()"),
+           caught_at=1),
     # Right outputs and structure, but every layer still writes a second tensor: only L3 counts it.
     Mutant("fused_relu_out_of_place", FORWARD, "        return F.relu(F.linear(x, self.weight, self.bias))",
            caught_at=3),

@@ -177,7 +177,7 @@ EXACT_CASES: dict[str, Case] = {
 
 # The L3 benchmark, a wide projection head: the 48 MB product dwarfs the multiply (16 multiply-adds per output
 # element), so the time goes to the bias add and the ReLU writing two more 48 MB tensors (README, "Where the fused
-# form pays"; "Measured speedups" says why the level counts bytes written and the time threshold sits low).
+# form pays"; "Measured speedups" says why the level counts fresh-tensor bytes and the time threshold sits low).
 BATCH, TOKENS, FAN_IN, FAN_OUT = 8, 384, 16, 4096
 BENCHMARK = case(lambda: PathChain([("head", block(FAN_IN, FAN_OUT, ("@", "p + b", "torch.relu")))]),
                  (TOKENS, FAN_IN), 1, "", batch_sizes=(BATCH,))
