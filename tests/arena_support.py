@@ -4,6 +4,7 @@ is stopped when the test ends, passed or failed: the server by its process group
 it started (they run in sessions of their own) by their ids, found by the server's private TMPDIR."""
 from __future__ import annotations
 
+import bz2
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 from graders.frame.catalogue import REPO_ROOT
@@ -105,6 +107,31 @@ def tar_of(members: list[tuple[str, bytes | None, str]]) -> bytes:
                 info.linkname = content.decode()
                 archive.addfile(info)
     return buffer.getvalue()
+
+
+def bomb(path: Path, compression: str, size: int, chunk: int = 16 << 20) -> Path:
+    """A compression bomb written to `path`: a tar archive whose first member holds `size` zero bytes
+    under a path the server ignores (04_dce/zeros.bin), then 04_dce/solution.py (the reference), bzip2- or
+    gzip-compressed. Built without holding the zeros: `chunk` zero bytes are compressed once, as one stream,
+    and that stream is written size/chunk times (a file of streams one after another, as pbzip2 and pigz
+    write them, read back as one); so 1 GiB under bzip2 is a second's work and a few KiB."""
+    assert size % chunk == 0
+
+    def compressed(data: bytes) -> bytes:
+        if compression == "bzip2":
+            return bz2.compress(data, 9)
+        packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        return packer.compress(data) + packer.flush()
+
+    header = tarfile.TarInfo("04_dce/zeros.bin")
+    header.size = size
+    zeros = compressed(bytes(chunk))
+    with open(path, "wb") as out:
+        out.write(compressed(header.tobuf(format=tarfile.GNU_FORMAT)))
+        for _ in range(size // chunk):
+            out.write(zeros)
+        out.write(compressed(tar_of([("04_dce/solution.py", solution("04_dce"), "file")])))
+    return path
 
 
 def multipart(fields: dict[str, bytes | str]) -> tuple[bytes, str]:

@@ -3,17 +3,23 @@ SQLite file: the organiser's commands, teams submitting through `score.py --subm
 API, the close; a server killed mid-grading and started again; and each security case on its own."""
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
+import threading
+import time
 import urllib.request
 
 import pytest
 
-from arena_support import (NO_OP_01, Server, add_team, arena, create, http, multipart, score_submit, solution,
+from arena_support import (NO_OP_01, Server, add_team, arena, bomb, create, http, multipart, score_submit, solution,
                            tar_of, tree)
 from graders.competition.store import load_runs
 
 pytestmark = pytest.mark.timeout(900)
+
+LONE_SURROGATE = r"a lone surrogate: \ud800 in the message"  # as it reads once stored: its escape
+RAISES_01 = NO_OP_01.replace("return gm  # no rewrite at all", 'raise ValueError("a lone surrogate: \\ud800 in the message")')
 
 
 @pytest.fixture
@@ -32,8 +38,8 @@ def running(tmp_path):
 
 def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, running):
     db = f"sqlite:///{tmp_path / 'arena.db'}"
-    create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
-    alpha, beta = add_team(db, "Alpha"), add_team(db, "Beta")
+    organiser = create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
+    alpha, beta, gamma = add_team(db, "Alpha"), add_team(db, "Beta"), add_team(db, "Gamma")
     server = running(db)
 
     done = score_submit(server.url, alpha, tree(tmp_path / "alpha", {
@@ -54,6 +60,17 @@ def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, ru
     history = server.get("/api/teams/Beta").json()["submissions"]
     assert [(s["id"], s["status"]) for s in history] == [(2, "graded")]
 
+    # A pass whose exception's message holds a lone surrogate: its texts are stored and served as UTF-8,
+    # the surrogate as its escape (before: 500 for its page and API, and `score.py --submit` said 'Refused: 500').
+    done = score_submit(server.url, gamma, tree(tmp_path / "gamma", {"01_linear_relu/solution.py": RAISES_01.encode()}))
+    assert done.returncode == 0, done.stderr
+    assert "Submission 3 acknowledged for team Gamma" in done.stdout and LONE_SURROGATE in done.stdout
+    for token in (gamma, organiser):
+        shown = server.get("/api/submissions/3", token=token)
+        assert shown.status == 200 and LONE_SURROGATE in shown.json()["katas_graded"]["01_linear_relu"]["message"]
+        page = server.get("/submissions/3", token=token)
+        assert page.status == 200 and LONE_SURROGATE in page.body.decode("utf-8")
+
     mine = server.get("/submissions/2", token=beta).text  # its team reads the sentence and sees the graphs
     assert "first failing check: L1" in mine and "after fuse_linear_relu" in mine
     assert mine.count("<svg") == 2 and "graph before the pass" in mine
@@ -68,11 +85,14 @@ def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, ru
     seed = int(closed.split("The seed was ")[1].split(":")[0])
     assert server.get("/api/competition").json()["seed"] == seed
     runs, problems = load_runs(tmp_path / "results")
-    assert not problems and sorted((r["team"], r["total_points"], r["seed"]) for r in runs) == [
-        ("Alpha", 80.0, seed), ("Beta", runs[[r["team"] for r in runs].index("Beta")]["total_points"], seed)]
+    points = {r["team"]: r["total_points"] for r in runs}
+    assert not problems and sorted((r["team"], r["seed"]) for r in runs) == [("Alpha", seed), ("Beta", seed), ("Gamma", seed)]
+    assert points["Alpha"] == 80.0
     board_md = (tmp_path / "LEADERBOARD.md").read_text()
     assert board_md.index("| 1      | Alpha") < board_md.index("| 2      | Beta")
     assert "after fuse_linear_relu" in server.get("/submissions/2").text  # everyone reads it after the close
+    assert LONE_SURROGATE in server.get("/api/submissions/3").json()["katas_graded"]["01_linear_relu"]["message"]
+    assert LONE_SURROGATE in server.get("/submissions/3").body.decode("utf-8")
     refused = server.submit(alpha, tar_of([("01_linear_relu/solution.py", solution("01_linear_relu"), "file")]))
     assert refused.status == 403 and "closed" in refused.text
 
@@ -133,6 +153,20 @@ def good_tar(tag="") -> bytes:
     return tar_of([("04_dce/solution.py", solution("04_dce", tag), "file")])
 
 
+_numbers = itertools.count(1)
+
+
+def new_team(secure) -> tuple[str, str]:
+    """(name, token) of a team added for one test: a refused upload counts against its team's rate (3 in
+    600 s here), so each test that is refused spends a rate of its own."""
+    server, _, organiser, _ = secure
+    name = f"fresh{next(_numbers)}"
+    added = http(server.url + "/api/admin/teams", token=organiser, data=json.dumps({"name": name}).encode(),
+                 kind="application/json")
+    assert added.status == 201, added.text
+    return name, added.json()["token"]
+
+
 def test_wrong_token_is_refused(secure):
     server, _, organiser, teams = secure
     assert server.submit("not-a-token", good_tar()).status == 401
@@ -167,32 +201,35 @@ def test_a_team_cannot_read_another_teams_code_or_pending_results(secure):
 
 
 def test_an_oversize_upload_is_refused(secure):
-    server, _, _, teams = secure
-    big = server.submit(teams["Blue"], b"x" * (600 * 1024))
+    server = secure[0]
+    name, team = new_team(secure)
+    big = server.submit(team, b"x" * (600 * 1024))
     assert big.status == 413
-    one_big_file = server.submit(teams["Blue"], tar_of([("04_dce/solution.py", b"#" * (300 * 1024), "file")]))
+    one_big_file = server.submit(team, tar_of([("04_dce/solution.py", b"#" * (300 * 1024), "file")]))
     assert one_big_file.status == 413
     body, kind = multipart({f"{n:02d}_x/solution.py": b"pass" for n in range(70)})
-    assert http(server.url + "/api/submissions", token=teams["Blue"], data=body, kind=kind).status == 413
-    assert server.get("/api/teams/Blue").json()["submissions"] == []  # nothing stored
+    assert http(server.url + "/api/submissions", token=team, data=body, kind=kind).status == 413
+    assert server.get(f"/api/teams/{name}").json()["submissions"] == []  # nothing stored
 
 
 @pytest.mark.parametrize("name", ["../04_dce/solution.py", "04_dce/../../etc/solution.py", "/etc/04_dce/solution.py"])
 def test_a_path_outside_the_tree_is_refused(secure, name):
-    server, _, _, teams = secure
-    refused = server.submit(teams["Blue"], tar_of([(name, b"pass", "file")]))
+    server = secure[0]
+    team_name, team = new_team(secure)
+    refused = server.submit(team, tar_of([(name, b"pass", "file")]))
     assert refused.status == 400 and ("'..'" in refused.text or "absolute" in refused.text)
     body, kind = multipart({name: b"pass"})
-    assert http(server.url + "/api/submissions", token=teams["Blue"], data=body, kind=kind).status == 400
-    assert server.get("/api/teams/Blue").json()["submissions"] == []
+    assert http(server.url + "/api/submissions", token=team, data=body, kind=kind).status == 400
+    assert server.get(f"/api/teams/{team_name}").json()["submissions"] == []
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
 def test_a_link_is_refused(secure, kind):
-    server, _, _, teams = secure
-    refused = server.submit(teams["Blue"], tar_of([("04_dce/solution.py", b"/etc/passwd", kind)]))
+    server = secure[0]
+    name, team = new_team(secure)
+    refused = server.submit(team, tar_of([("04_dce/solution.py", b"/etc/passwd", kind)]))
     assert refused.status == 400 and "is a link" in refused.text
-    assert server.get("/api/teams/Blue").json()["submissions"] == []
+    assert server.get(f"/api/teams/{name}").json()["submissions"] == []
 
 
 def test_only_solution_files_are_kept(secure):
@@ -236,6 +273,67 @@ def test_the_rate_limit_answers_429_with_retry_after(secure):
     refused = server.submit(teams["Limited"], good_tar("one too many"))
     assert refused.status == 429 and 0 < int(refused.headers["Retry-After"]) <= 600
     assert len(server.get("/api/teams/Limited").json()["submissions"]) == 3
+
+
+def test_a_bzip2_bomb_is_refused_at_the_cap_and_holds_up_no_other_team(secure, tmp_path):
+    """A 25 KiB bzip2 tar that unpacks to 8 GiB of zeros (then a solution) stops at the unpacked cap, and
+    another team's upload sent while it unpacks is acknowledged at once. (Before: the bomb unpacked whole
+    under the server-wide submit lock, 5 s a GiB here, and the other team waited behind it.)"""
+    server = secure[0]
+    (_, bomber), (_, other) = new_team(secure), new_team(secure)
+    began = time.perf_counter()
+    data = bomb(tmp_path / "bomb.tar.bz2", "bzip2", 8 << 30).read_bytes()
+    assert time.perf_counter() - began < 5 and len(data) < 32 * 1024  # cheap to build: the zeros are never held
+    answers = {}
+
+    def send_bomb():
+        started = time.perf_counter()
+        answers["bomb"] = server.submit(bomber, data, timeout=300), time.perf_counter() - started
+
+    sender = threading.Thread(target=send_bomb)
+    sender.start()
+    time.sleep(0.2)  # the bomb is in: the old server was unpacking it, holding the lock
+    started = time.perf_counter()
+    ack = server.submit(other, good_tar("sent while a bomb unpacks"), timeout=300)
+    acked = time.perf_counter() - started
+    sender.join(300)
+    refused, unpacked = answers["bomb"]
+    assert ack.status == 201 and acked < 5, (ack.status, acked)
+    assert refused.status == 413 and unpacked < 5, (refused.status, unpacked)
+    assert refused.json() == {"detail": "refused: the archive unpacks to over 16777216 bytes"}
+
+
+def test_a_gzip_bomb_is_refused_at_the_cap(secure, tmp_path):
+    """480 MiB of zeros (then a solution) in a 481 KiB gzip tar: refused at the cap, not after unpacking it
+    all (which the old server did, and then accepted the solution behind the zeros)."""
+    server = secure[0]
+    name, team = new_team(secure)
+    data = bomb(tmp_path / "bomb.tar.gz", "gzip", 480 << 20).read_bytes()
+    started = time.perf_counter()
+    refused = server.submit(team, data, timeout=300)
+    assert refused.status == 413 and "unpacks to over" in refused.text and time.perf_counter() - started < 5
+    assert server.get(f"/api/teams/{name}").json()["submissions"] == []
+
+
+def test_refused_uploads_count_against_the_rate_limit(secure, tmp_path):
+    """Three refused uploads (a bomb, an archive that is no archive, a body over the cap) spend the team's
+    rate (3 in 600 s) as three stored ones do: the next upload, a good one, is answered 429. A refusal
+    through the page's form counts too."""
+    server = secure[0]
+    name, team = new_team(secure)
+    assert server.submit(team, bomb(tmp_path / "bomb.tar.bz2", "bzip2", 32 << 20).read_bytes()).status == 413
+    assert server.submit(team, b"not an archive at all").status == 400
+    assert server.submit(team, b"x" * (600 * 1024)).status == 413
+    limited = server.submit(team, good_tar("after three refusals"))
+    assert limited.status == 429 and 0 < int(limited.headers["Retry-After"]) <= 600
+    assert server.get(f"/api/teams/{name}").json()["submissions"] == []
+
+    _, other = new_team(secure)
+    body, kind = multipart({"token": other, "conftest.py": b"raise SystemExit"})
+    for _ in range(3):
+        page = http(server.url + "/submit", data=body, kind=kind)
+        assert page.status == 400 and "holds no NN_name/solution.py" in page.text
+    assert http(server.url + "/submit", data=body, kind=kind).status == 429
 
 
 def test_the_seed_is_in_no_response_before_the_close(secure):

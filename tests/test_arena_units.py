@@ -1,8 +1,15 @@
 """The arena's parts in process, no server: the one switch between grading backends, the queue's resume
-and retry against a fake backend, the uploads' path rules and the graph picture."""
+and retry against a fake backend, the uploads' path rules and unpacking budgets, the grading texts kept
+valid UTF-8, and the graph picture."""
 from __future__ import annotations
 
+import bz2
+import gzip
+import json
+import lzma
+import sqlite3
 import sys
+import time
 import types
 
 import pytest
@@ -23,7 +30,8 @@ def test_the_grading_backend_is_the_fleet(monkeypatch):
     monkeypatch.setitem(sys.modules, "graders.competition.fleet", fleet)
     assert isinstance(grading.make_grader("tcp://10.0.0.5:8786"), grading.FleetGrader)
     assert isinstance(grading.make_grader(None), grading.FleetGrader)  # the fleet's own local cluster
-    assert made == [("tcp://10.0.0.5:8786", {"device": "cpu"}), (None, {"device": "cpu"})]
+    assert made == [("tcp://10.0.0.5:8786", {"device": "cpu", "certificates": None}),
+                    (None, {"device": "cpu", "certificates": None})]
     # a server that grades nothing (--grading-threads 0) starts no fleet, and says so if asked to grade
     idle = grading.make_grader(None, grades=False)
     assert len(made) == 2 and not isinstance(idle, grading.FleetGrader)
@@ -108,6 +116,69 @@ def test_paths_kept_or_ignored(name, kept):
 def test_paths_refused(name):
     with pytest.raises(uploads.UploadRefused):
         uploads.check_path(name)
+
+
+def two_members(zeros: int) -> bytes:
+    from arena_support import solution, tar_of
+    return tar_of([("04_dce/zeros.bin", bytes(zeros), "file"), ("04_dce/solution.py", solution("04_dce"), "file")])
+
+
+COMPRESS = {"plain": lambda b: b, "gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress,
+            # streams written one after another (pigz, pbzip2) read as one archive
+            "gzip, two streams": lambda b: gzip.compress(b[:5000]) + gzip.compress(b[5000:]),
+            "bzip2, two streams": lambda b: bz2.compress(b[:5000]) + bz2.compress(b[5000:])}
+
+
+@pytest.mark.parametrize("compression", list(COMPRESS))
+def test_an_archive_is_unpacked_as_it_streams_within_its_byte_budget(compression):
+    """2 MiB of zeros before the solution: within a 4 MiB budget the solution is kept; with 1 MiB the
+    upload is refused (413) the moment the unpacked bytes pass it."""
+    data = COMPRESS[compression](two_members(2 << 20))
+    assert list(uploads.from_tar(data, ["04_dce"], max_bytes=4 << 20)) == ["04_dce/solution.py"]
+    with pytest.raises(uploads.UploadRefused, match="unpacks to over 1048576 bytes") as refused:
+        uploads.from_tar(data, ["04_dce"], max_bytes=1 << 20)
+    assert refused.value.status == 413
+    assert uploads.MAX_UNPACKED_BYTES == uploads.MAX_FILES * uploads.MAX_FILE_BYTES  # the default: what may be stored
+
+
+@pytest.mark.parametrize("compression", ["gzip", "bzip2", "xz"])
+def test_a_stream_cut_short_is_refused(compression):
+    data = COMPRESS[compression](two_members(1 << 16))
+    with pytest.raises(uploads.UploadRefused, match="not a tar archive") as refused:
+        uploads.from_tar(data[: len(data) // 2], ["04_dce"])
+    assert refused.value.status == 400
+
+
+def test_unpacking_stops_at_its_deadline(tmp_path):
+    """With no byte budget to speak of, a 480 MiB gzip bomb (seconds to unpack whole) is refused when
+    unpacking passes its time budget, not when it is unpacked."""
+    from arena_support import bomb
+    data = bomb(tmp_path / "bomb.tar.gz", "gzip", 480 << 20).read_bytes()
+    started = time.perf_counter()
+    with pytest.raises(uploads.UploadRefused, match="unpacking the archive took over 0.2 s") as refused:
+        uploads.from_tar(data, ["04_dce"], max_bytes=1 << 40, max_seconds=0.2)
+    assert refused.value.status == 413 and time.perf_counter() - started < 1.0
+
+
+def test_grading_texts_are_valid_utf8_as_stored_and_as_read(tmp_path):
+    """A summary whose texts hold a lone surrogate (an exception's message) is stored with the surrogate
+    as its escape; a row an older server stored with the surrogate itself reads back escaped too."""
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, FakeGrader(), threads=0)
+    queue.store(1, "04_dce", {"points": 0.0, "message": "raised ValueError: bad \ud800 byte",
+                              "checks": [{"check": "c\udcff", "message": "also \ud800"}]})
+    with db.session() as session:
+        summary = session.query(KataResult).one().summary
+    assert summary["message"] == "raised ValueError: bad \\ud800 byte"
+    assert summary["checks"] == [{"check": "c\\udcff", "message": "also \\ud800"}]
+    with sqlite3.connect(tmp_path / "unit.db") as connection:
+        stored = connection.execute("select summary from kata_result").fetchone()[0]
+        assert json.loads(stored)["message"] == "raised ValueError: bad \\ud800 byte"  # the row itself
+        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values "
+                           "(1, '01_linear_relu', 0, ?, datetime('now'))", (json.dumps({"message": "old \ud800"}),))
+    with db.session() as session:
+        old = session.query(KataResult).filter_by(kata="01_linear_relu").one().summary
+    assert old == {"message": "old \\ud800"}
 
 
 def test_a_graph_table_drawn_as_svg():

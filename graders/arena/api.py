@@ -12,6 +12,13 @@
     GET  /api/admin/submissions         (organiser) every submission and its state
     POST /api/admin/teams               (organiser) {"name": ...}: adds a team, returns its token once
 
+Every upload takes the same steps (`take_upload`): the body is read within its cap; the token, the
+closing time and the rate limit are checked and the upload recorded as the team's (under a lock, one
+short transaction); the archive is unpacked in a worker thread, outside every lock, within its byte and
+time budgets (graders.arena.uploads); then the submission is stored, or the upload marked refused. A
+refused upload counts against the team's rate like a stored one, and one team's upload never holds
+another's acknowledgement.
+
 May import: graders.frame, graders.competition (store: files_hash), graders.arena (db, uploads, board).
 """
 from __future__ import annotations
@@ -24,16 +31,28 @@ from datetime import timedelta
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from graders.arena import uploads
 from graders.competition.store import files_hash
 from graders.arena.board import iso, redact_summary, results_of, standings
-from graders.arena.db import Database, Submission, SubmittedFile, Team, new_token, now, token_hash
+from graders.arena.db import (Database, Submission, SubmittedFile, Team, Upload, new_token, now, token_hash,
+                              valid_text)
 
-router = APIRouter(prefix="/api")
-_submit_lock = threading.Lock()  # the rate limit's count and the insert are one step
+
+class Utf8JSONResponse(JSONResponse):
+    """A JSON answer that is valid UTF-8 whatever a text holds (a lone surrogate becomes its escape)."""
+
+    def render(self, content) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(valid_text(content))
+
+
+router = APIRouter(prefix="/api", default_response_class=Utf8JSONResponse)
+_submit_lock = threading.Lock()  # the rate limit's count and the upload's row are one step (never held longer)
 
 
 def db_of(request: Request) -> Database:
@@ -111,40 +130,98 @@ def submission_json(db: Database, sid: int, token: str | None) -> dict:
 
 
 def retry_after(db: Database, session, team: Team, competition) -> int | None:
-    """Seconds until the team may submit again, or None when it may now."""
+    """Seconds until the team may upload again, or None when it may now. Its submissions in the window
+    count, and so do its uploads not stored (refused, or still being unpacked)."""
     since = now() - timedelta(seconds=competition.rate_window)
-    recent = session.scalars(select(Submission.created).where(Submission.team_id == team.id, Submission.created > since)
-                             .order_by(Submission.created)).all()
+    recent = sorted([*session.scalars(select(Submission.created).where(Submission.team_id == team.id,
+                                                                       Submission.created > since)),
+                     *session.scalars(select(Upload.created).where(Upload.team_id == team.id, Upload.created > since,
+                                                                   Upload.outcome != "stored"))])
     if len(recent) < competition.rate_limit:
         return None
-    return max(1, math.ceil((recent[0] - since).total_seconds()))
+    # free again when enough of them have left the window to leave one place
+    return max(1, math.ceil((recent[len(recent) - competition.rate_limit] - since).total_seconds()))
 
 
-def store_submission(db: Database, token: str | None, parse) -> dict:
-    """Authenticate, check the window and the rate limit, keep only solution files, and store the row and
-    its files in one transaction; the id is returned (acknowledged) only after the commit."""
+def is_closed(competition) -> bool:
+    return competition.closed or bool(competition.closes_at and now() >= competition.closes_at)
+
+
+def admit_upload(db: Database, token: str | None) -> tuple[int, list[str]]:
+    """Authenticate, check the window and the rate limit, and record the upload as the team's, `pending`:
+    from here it counts against the team's rate, whatever it holds. (The upload's id, the katas.)"""
     with _submit_lock, db.session() as session:
         team = db.team_by_token(session, token)
         if team is None:
             raise HTTPException(401, "unknown token: use the team token `arena.py team add` printed",
                                 headers={"WWW-Authenticate": "Bearer"})
         c = competition_or_404(db, session)
-        if c.closed or (c.closes_at and now() >= c.closes_at):
+        if is_closed(c):
             raise HTTPException(403, "the competition is closed: no more submissions")
         wait = retry_after(db, session, team, c)
         if wait is not None:
             raise HTTPException(429, f"rate limit: {c.rate_limit} submissions per {c.rate_window:g}s; "
                                      f"try again in {wait}s", headers={"Retry-After": str(wait)})
-        try:
-            kept = parse(c.katas)
-        except uploads.UploadRefused as exc:
-            raise HTTPException(exc.status, str(exc)) from None
+        upload = Upload(team_id=team.id, created=now())
+        session.add(upload)
+        session.flush()
+        return upload.id, list(c.katas)
+
+
+def refuse_upload(db: Database, upload_id: int, reason: str) -> None:
+    with db.session() as session:
+        session.execute(update(Upload).where(Upload.id == upload_id)
+                        .values(outcome="refused", reason=valid_text(reason)[:500]))
+
+
+def refused_unread(db: Database, token: str | None, reason: str) -> None:
+    """An upload refused before it was admitted (its body over the cap, a form that cannot be read) counts
+    against the rate of the team whose token the request carries, while the rate allows one more."""
+    with _submit_lock, db.session() as session:
+        team, c = db.team_by_token(session, token), db.competition(session)
+        if team is not None and c is not None and not is_closed(c) and retry_after(db, session, team, c) is None:
+            session.add(Upload(team_id=team.id, created=now(), outcome="refused", reason=valid_text(reason)[:500]))
+
+
+def store_submission(db: Database, upload_id: int, kept: dict[str, bytes]) -> dict:
+    """Store the submission's row and files and mark its upload stored, in one transaction; the id is
+    returned (acknowledged) only after the commit."""
+    with db.session() as session:
+        c = competition_or_404(db, session)
+        if is_closed(c):  # closed while the upload was unpacked
+            raise HTTPException(403, "the competition is closed: no more submissions")
+        upload = session.get(Upload, upload_id)
+        team = session.get(Team, upload.team_id)
         submission = Submission(team_id=team.id, katas=list(c.katas), files_hash=files_hash(kept), created=now())
         session.add(submission)
         session.flush()
         session.add_all(SubmittedFile(submission_id=submission.id, path=p, content=b) for p, b in kept.items())
+        upload.outcome, upload.submission_id = "stored", submission.id
         sid, team_name = submission.id, team.name
     return {"id": sid, "team": team_name, "status": "queued", "files": sorted(kept), "katas": list(c.katas)}
+
+
+async def take_upload(request: Request) -> tuple[dict, str | None]:
+    """The one path every upload takes (see the module's docstring): (the acknowledgement, the token).
+    Each step that waits on the database or unpacks runs in a worker thread, never in the event loop."""
+    db = db_of(request)
+    try:
+        form_token, parse = await read_upload(request)
+    except HTTPException as exc:
+        await run_in_threadpool(refused_unread, db, bearer(request), str(exc.detail))
+        raise
+    token = bearer(request) or form_token
+    upload_id, katas = await run_in_threadpool(admit_upload, db, token)
+    try:
+        kept = await run_in_threadpool(parse, katas)
+        ack = await run_in_threadpool(store_submission, db, upload_id, kept)
+    except uploads.UploadRefused as exc:
+        await run_in_threadpool(refuse_upload, db, upload_id, str(exc))
+        raise HTTPException(exc.status, str(exc)) from None
+    except Exception as exc:
+        await run_in_threadpool(refuse_upload, db, upload_id, str(getattr(exc, "detail", exc)) or type(exc).__name__)
+        raise
+    return ack, token
 
 
 # A body declared over the cap is still read (and dropped) up to this multiple of it, so the client reads its 413.
@@ -222,9 +299,7 @@ def get_me(request: Request):
 @router.post("/submissions", status_code=201)
 async def post_submission(request: Request):
     started = time.perf_counter()
-    form_token, parse = await read_upload(request)
-    db = db_of(request)
-    ack = await run_in_threadpool(store_submission, db, bearer(request) or form_token, parse)
+    ack, _ = await take_upload(request)
     request.app.state.queue.wake.set()
     ack["ack_seconds"] = round(time.perf_counter() - started, 4)
     return JSONResponse(ack, status_code=201, headers={"Location": f"/api/submissions/{ack['id']}"})

@@ -1,9 +1,12 @@
 """The arena's database (SQLAlchemy; SQLite in a file by default, PostgreSQL by URL): the competition, its
-teams, their submissions with the uploaded files, and each kata's grading result.
+teams, their uploads (what the rate limit counts), their submissions with the uploaded files, and each
+kata's grading result.
 
 The database is the grading queue: a submission is `queued` when stored, `running` while graded and
 `graded` at the end, and a kata's result is one row per (submission, kata), so a server started again
-grades exactly the katas that have no row yet. Tokens are stored only as SHA-256 hashes.
+grades exactly the katas that have no row yet. Tokens are stored only as SHA-256 hashes. Every text of a
+grading result is valid UTF-8 as it is stored and again as it is read (`valid_text`): an exception's
+message may hold a lone surrogate, which no page or JSON answer could encode.
 
 May import: the standard library (and SQLAlchemy).
 """
@@ -14,8 +17,8 @@ import hashlib
 import secrets
 from contextlib import contextmanager
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, UniqueConstraint,
-                        create_engine, event, select)
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, TypeDecorator,
+                        UniqueConstraint, create_engine, event, select)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 DEFAULT_DB = "sqlite:///arena.db"
@@ -31,6 +34,37 @@ def new_token() -> str:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def valid_text(value):
+    """`value` (what JSON holds) with every string valid UTF-8: a lone surrogate becomes its backslash
+    escape (\\ud800), so the text stays readable and every answer can encode it."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {valid_text(k): valid_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [valid_text(v) for v in value]
+    return value
+
+
+class TextJSON(TypeDecorator):
+    """JSON whose strings are valid UTF-8 when stored, and again when read (a row stored before holds
+    what it holds)."""
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return valid_text(value)
+
+    def process_result_value(self, value, dialect):
+        return valid_text(value)
 
 
 class Base(DeclarativeBase):
@@ -56,6 +90,19 @@ class Team(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+
+
+class Upload(Base):
+    """An upload by a team that its token, the closing time and the rate limit let through, from before it
+    is unpacked: `pending`, then `stored` (its submission) or `refused` (the sentence). The rate limit
+    counts a team's submissions and its uploads not stored, so a refused upload counts as one too."""
+    __tablename__ = "upload"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("team.id"), index=True)
+    created: Mapped[datetime.datetime] = mapped_column(DateTime, default=now, index=True)
+    outcome: Mapped[str] = mapped_column(String(16), default="pending")  # pending, stored, refused
+    reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    submission_id: Mapped[int | None] = mapped_column(ForeignKey("submission.id"), nullable=True)
 
 
 class Submission(Base):
@@ -86,7 +133,7 @@ class KataResult(Base):
     submission_id: Mapped[int] = mapped_column(ForeignKey("submission.id"), index=True)
     kata: Mapped[str] = mapped_column(String(64))
     points: Mapped[float] = mapped_column(Float)
-    summary: Mapped[dict] = mapped_column(JSON)           # graders.batch.summary.summarise's dict, scanned
+    summary: Mapped[dict] = mapped_column(TextJSON)       # graders.batch.summary.summarise's dict, scanned
     graded_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
 
 

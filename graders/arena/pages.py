@@ -19,8 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from sqlalchemy import func, select
 
-from graders.arena.api import (bearer, board_json, competition_json, db_of, read_upload, store_submission,
-                               submission_json, team_json)
+from graders.arena.api import bearer, board_json, competition_json, db_of, submission_json, take_upload, team_json
 from graders.arena.db import KataResult, Submission
 from graders.arena.graphs import split_message, svg
 from graders.frame.levels import LEVELS
@@ -36,9 +35,10 @@ td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4
 
 
 def page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-                        f"<style>{STYLE}</style></head><body><nav><a href='/'>board</a></nav>"
-                        f"<h1>{e(title)}</h1>{body}</body></html>", status_code=status)
+    text = (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+            f"<style>{STYLE}</style></head><body><nav><a href='/'>board</a></nav><h1>{e(title)}</h1>{body}</body></html>")
+    # valid UTF-8 whatever a text holds: a lone surrogate (an exception's message) is shown as its escape
+    return HTMLResponse(text.encode("utf-8", "backslashreplace"), status_code=status)
 
 
 def fmt(x, pattern="{:.1f}", none="-"):
@@ -180,8 +180,7 @@ async def submit_form(request: Request):
     """The upload form: the token in a field; on success the token is kept in a cookie (this site only)
     so the submission's page shows the team its sentences."""
     try:
-        token, parse = await read_upload(request)
-        ack = await run_in_threadpool(store_submission, db_of(request), token, parse)
+        ack, token = await take_upload(request)
     except HTTPException as exc:
         return page("Submission refused", f"<p>{e(str(exc.detail))}</p><p><a href='/'>back</a></p>", exc.status_code)
     request.app.state.queue.wake.set()
