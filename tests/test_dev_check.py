@@ -60,8 +60,18 @@ def test_a_readme_section_a_stub_quotes_must_be_in_the_readme(tmp_path):
     stub.write_text(stub.read_text().replace('README: "When the rewrite is', 'README: "When folding is'))
     models = root / "graders/katas/kata_03_conv_bn/models.py"
     models.write_text(models.read_text() + '\n# see README, "Where folding\n#   pays"\n# and README, "No such part"\n')
-    assert devcheck.problems(root) == [
+    assert devcheck.readme_reference_problems(root, "03_conv_bn") == [
         '03_conv_bn: katas/03_conv_bn/solution.py quotes README "When folding is not allowed", which '
         "katas/03_conv_bn/README.md does not hold (a heading or its text)",
         '03_conv_bn: graders/katas/kata_03_conv_bn/models.py quotes README "No such part", which '
         "katas/03_conv_bn/README.md does not hold (a heading or its text)"]
+
+
+def test_a_stub_edited_without_its_digest_is_reported(tmp_path):
+    """The manifest's stub_sha256 tells a learner's untouched stub (graders/batch/summary.py): a stub edited
+    without it would be graded as a stub no more, or, worse, a stale digest would never match."""
+    root = copy_of_kata(tmp_path)
+    stub = root / "katas/03_conv_bn/solution.py"
+    stub.write_text(stub.read_text() + "# a contributor's edit\n")
+    problems = devcheck.problems(root)
+    assert len(problems) == 1 and "stub_sha256 is not the SHA-256 of katas/03_conv_bn/solution.py" in problems[0]

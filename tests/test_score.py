@@ -242,3 +242,27 @@ def test_a_kata_with_points_is_not_reported_as_not_started(capsys):
     table = capsys.readouterr().out
     assert "29.6/200" in table and "0/2 katas complete, 29.6/200 points" in table
     assert table.splitlines()[0].split()[0] == "done"  # the mark column has a header, not a bare rule
+
+
+def test_a_kata_solved_in_place_is_no_stub(monkeypatch):
+    """A learner solves in katas/ itself (score.py's default tree). The stub was told by comparing a file with
+    katas/NN/solution.py, so there every edited kata compared equal to itself and was reported "not started",
+    ungraded. The shipped stub is told by the manifest's digest now, without reading the learner's file."""
+    import pathlib
+
+    from graders.batch.summary import is_shipped_stub
+    from graders.frame.catalogue import KATAS
+
+    learner_files = REPO_ROOT / "katas"
+    read_bytes = pathlib.Path.read_bytes
+
+    def guarded(path):
+        assert not path.resolve().is_relative_to(learner_files.resolve()), f"read the learner's {path}"
+        return read_bytes(path)
+
+    stubs = {kata: read_bytes(learner_files / kata / "solution.py") for kata in KATAS}
+    solved = {kata: read_bytes(REPO_ROOT / "reference" / kata / "solution.py") for kata in KATAS}
+    monkeypatch.setattr(pathlib.Path, "read_bytes", guarded)
+    for kata in KATAS:
+        assert is_shipped_stub(kata, stubs[kata]) and not is_shipped_stub(kata, solved[kata])
+        assert not is_shipped_stub(kata, stubs[kata] + b"# started\n") and not is_shipped_stub(kata, None)

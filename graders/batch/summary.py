@@ -7,9 +7,9 @@ May import: graders.frame.
 """
 from __future__ import annotations
 
-from functools import cache
+import hashlib
 
-from graders.frame.catalogue import REPO_ROOT
+from graders.frame.catalogue import manifest
 from graders.frame.levels import LEVELS, CheckResult, level_points
 
 
@@ -47,15 +47,11 @@ def failed_grading(status: str, message: str) -> dict:
             "speed_provisional": False, "message": message, "disqualified": None, "checks": []}
 
 
-@cache
-def _shipped_stub(kata: str) -> bytes | None:
-    stub = REPO_ROOT / "katas" / kata / "solution.py"
-    return stub.read_bytes() if stub.is_file() else None
-
-
 def is_shipped_stub(kata: str, source: bytes | None) -> bool:
-    """Whether `source` is the kata's stub byte for byte as this project ships it (katas/NN_name/solution.py)."""
-    return source is not None and source == _shipped_stub(kata)
+    """Whether `source` is the kata's stub byte for byte as this project ships it: its SHA-256 is the manifest's
+    `stub_sha256` (the dev check holds it to katas/NN_name/solution.py in the project's own tree). Not the file
+    in katas/ itself: a learner solves there, in place, and that file is then no stub."""
+    return source is not None and hashlib.sha256(source).hexdigest() == manifest(kata).get("stub_sha256")
 
 
 def stub_records(kata: str, levels: str | None, speed: bool = True) -> list[CheckResult]:

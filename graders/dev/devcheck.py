@@ -6,7 +6,7 @@ A kata is found wherever any of its three folders exists (katas/NN_name, referen
 graders/katas/kata_NN_name), so a half-added kata is reported, not silently skipped. For each kata:
 - the learner's folder holds only README.md, the stub solution.py and the one-line test file;
 - the reference mirrors it; the grader folder has its declaration, manifest and mutants;
-- the manifest's API names are defined by the stub and the reference;
+- the manifest's API names are defined by the stub and the reference, and its stub_sha256 is the stub's;
 - the README quotes the manifest's thresholds and names every check as the grader has it;
 - every level has at least one mutant that loses points there (the no-op counts for the speed level);
 - every `README: "..."` (or `README, "..."`) a kata's files quote is in that README, a heading or its text.
@@ -17,6 +17,7 @@ May import: graders.frame, graders.dev.mutation (and the kata graders, by name, 
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import tomllib
 from pathlib import Path
@@ -71,6 +72,11 @@ def file_problems(root: Path, kata: str) -> list[str]:
     for key in ("title", "api"):
         if not manifest.get(key):
             problems.append(f"{kata}: graders/katas/kata_{kata}/{MANIFEST} has no {key}")
+    digest = hashlib.sha256((learner / "solution.py").read_bytes()).hexdigest()
+    if manifest.get("stub_sha256") != digest:
+        problems.append(f"{kata}: graders/katas/kata_{kata}/{MANIFEST}'s stub_sha256 is not the SHA-256 of "
+                        f"katas/{kata}/solution.py: after editing the stub, set it to \"{digest}\" (a learner's "
+                        "untouched file is told by it)")
     for where in (learner, reference):
         missing = set(manifest.get("api", {})) - defined_names(where / "solution.py")
         if missing:
