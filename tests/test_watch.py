@@ -1,15 +1,21 @@
-"""Watch mode, driven as a learner drives it: in a real terminal (a pty), saving files, pressing keys."""
+"""Watch mode, driven as a learner drives it: in a real terminal (a pty), saving files, pressing keys.
+
+Every grading costs seconds (a pytest subprocess): the tests grade only where grading is what they prove,
+and start on stubs, which the watcher judges from their bytes."""
 import io
 import os
+import re
 import shutil
 import signal
 import sys
 
 import pexpect
 
-from graders.frame.catalogue import REPO_ROOT
+from graders.frame.catalogue import KATAS, REPO_ROOT
+from graders.learner import progress
 
-FIRST, SECOND = "01_linear_relu", "02_matmul_bias_relu"
+CLEAR = "\x1b[2J\x1b[H"
+FAST = 15  # seconds: a screen that needs no grading (the watcher's own start-up included, on a loaded machine)
 
 
 def default_interrupt():
@@ -18,34 +24,193 @@ def default_interrupt():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_watch_regrades_on_save_moves_on_and_quits_cleanly(tmp_path):
-    tree = tmp_path / "tree"
-    for kata in (FIRST, SECOND):
+def stubs(tree, *katas):
+    for kata in katas:
         shutil.copytree(REPO_ROOT / "katas" / kata, tree / kata)
+
+
+def reference(tree, kata):
+    (tree / kata / "solution.py").write_text((REPO_ROOT / "reference" / kata / "solution.py").read_text())
+
+
+def stored_complete(monkeypatch, state, tree, kata):
+    """A grading of `kata`'s current file at full marks, stored as an earlier session stored it (the reference
+    gets full marks: tests/test_katas.py)."""
+    monkeypatch.setattr(progress, "STATE_DIR", state)
+    progress.remember(tree, {kata: {"status": "graded", "points": 100.0, "max_points": 100.0, "checks": []}})
+
+
+def spawn(tmp_path, tree, *options):
     env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state"), "COLUMNS": "80", "LINES": "40"}
     child = pexpect.spawn(sys.executable, [str(REPO_ROOT / "graders" / "watch.py"), "--solutions", str(tree),
-                                           "--no-speed"], cwd=str(tmp_path), env=env, encoding="utf-8",
-                          timeout=240, dimensions=(40, 80), preexec_fn=default_interrupt)
-    child.logfile_read = screen = io.StringIO()
+                                           *options], cwd=str(tmp_path), env=env, encoding="utf-8",
+                          timeout=120, dimensions=(40, 80), preexec_fn=default_interrupt)
+    child.logfile_read = io.StringIO()
+    return child
+
+
+def lines(child) -> list[str]:
+    return child.logfile_read.getvalue().replace(CLEAR, "\n").replace("\r\n", "\n").splitlines()
+
+
+def last_screen(child) -> list[str]:
+    return child.logfile_read.getvalue().split(CLEAR)[-1].replace("\r\n", "\n").splitlines()
+
+
+def assert_80_columns(child):
+    # A line may pass 80 columns only when it is one word (a path longer than the screen is never cut).
+    wide = [line for line in lines(child) if len(line) > 80 and len(line.split()) > 1]
+    assert not wide, wide
+
+
+def assert_whole(child, path):
+    """`path` is on one line, never cut at a hyphen or a column (issue 34: ".../fx-" then "katas/katas/...")."""
+    assert any(str(path) in line for line in lines(child)), f"{path} is cut:\n" + "\n".join(lines(child))
+
+
+def quit_cleanly(child, key=None):
+    if key:
+        child.send(key)
+    else:
+        child.sendintr()  # Ctrl-C
+    child.expect("bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+
+
+def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_katas(tmp_path, monkeypatch):
+    """Saving the reference regrades (the speed level too) to a full marks screen with the L3 speedup, its
+    threshold and the bytes written; it waits for a key; n then skips the kata already complete for its file
+    (05) to the next one (06, the stub: judged without grading)."""
+    tree = tmp_path / "tree"
+    stubs(tree, "04_dce", "05_cse", "06_constant_folding")
+    reference(tree, "05_cse")
+    stored_complete(monkeypatch, tmp_path / "state", tree, "05_cse")
+    child = spawn(tmp_path, tree, "--kata", "04_dce")
     try:
-        child.expect(f"fx-katas watch · {FIRST}")
-        child.expect("First failing check: test_L1_pattern")
+        child.expect("fx-katas watch · 04_dce", timeout=FAST)
+        child.expect(r"First failing check: test_L1_pattern\[stub\]")
         child.expect("still the stub")
         child.expect("Save solution.py to regrade")
         child.send("h")
-        child.expect(f"Hint 1 of 3 for {FIRST}")
+        child.expect("Hint 1 of 3 for 04_dce")
         child.expect("Save solution.py to regrade")
+        assert "Grading" not in child.logfile_read.getvalue()  # the stub was never graded
 
-        (tree / FIRST / "solution.py").write_text((REPO_ROOT / "reference" / FIRST / "solution.py").read_text())
-        child.expect(f"fx-katas watch · {SECOND}")
-        child.expect("1/10 katas complete")
-        child.expect(f"{FIRST} is complete: on to {SECOND}")
+        reference(tree, "04_dce")
+        child.expect("Grading")
+        child.expect(r"L3 fast +20/20 +✓")
+        child.expect(r"04_dce is complete: full marks, 100/100 points\.")
+        child.expect(r"Speed \(L3 \w+\):\s+([\d.]+)x the traced original on cpu; this level needs at least 2\.50x")
+        assert float(child.match.group(1)) >= 2.5
+        child.expect(r"fresh tensors written per call: 1 MiB before, 256 KiB after")
+        child.expect("Press n for the next kata not yet complete: 06_constant_folding")
         child.expect("Save solution.py to regrade")
-        assert all(len(line) <= 80 for line in screen.getvalue().replace("\x1b[2J\x1b[H", "\n").splitlines())
+        assert_whole(child, tree / "04_dce" / "solution.py")
+        # It waits: nothing more is drawn, nothing graded, until a key.
+        assert child.expect_exact([CLEAR, pexpect.TIMEOUT], timeout=2) == 1
 
-        child.sendintr()  # Ctrl-C
-        child.expect("bye")
-        child.expect(pexpect.EOF)
+        child.send("n")
+        child.expect("fx-katas watch · 06_constant_folding", timeout=FAST)
+        child.expect("still the stub")
+        child.expect("Save solution.py to regrade")
+        assert "05_cse" not in "".join(child.logfile_read.getvalue().split(CLEAR)[-1:])
+        assert child.logfile_read.getvalue().count("Grading") == 1  # 04 only: not 05 (complete), not 06 (stub)
+        assert_80_columns(child)
+        quit_cleanly(child)
     finally:
         child.close(force=True)
-    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+
+
+def test_n_p_and_l_move_at_once_without_grading(tmp_path, monkeypatch):
+    """n, p and the list (l, then a number) open stubs and a stored grading without grading anything; n skips
+    the complete kata, p does not; a long clone path with hyphens stays whole; a wrapped hint keeps its indent."""
+    tree = tmp_path / "my-fx-katas-clone" / "katas"
+    stubs(tree, *KATAS)
+    reference(tree, "03_conv_bn")
+    stored_complete(monkeypatch, tmp_path / "state", tree, "03_conv_bn")
+    child = spawn(tmp_path, tree, "--no-speed", "--kata", "02_matmul_bias_relu")
+    child.timeout = FAST
+    try:
+        child.expect("fx-katas watch · 02_matmul_bias_relu")
+        child.expect("1/10 katas complete")
+        child.expect("still the stub")
+        child.expect("Save solution.py to regrade")
+        assert_whole(child, tree)
+
+        child.send("n")  # 03 is complete: on to 04
+        child.expect("fx-katas watch · 04_dce")
+        child.expect("Save solution.py to regrade")
+        child.send("p")  # the previous kata, complete or not: its stored grading
+        child.expect("fx-katas watch · 03_conv_bn")
+        child.expect(r"✓ 03_conv_bn is complete, at the last grading of\s+this\s+same")
+        child.expect(r"\(stored,\s+not\s+regraded")
+        child.expect("Press n for the next kata not yet complete: 04_dce")
+        child.expect("Save solution.py to regrade")
+        child.send("p")
+        child.expect("fx-katas watch · 02_matmul_bias_relu")
+        child.expect("Save solution.py to regrade")
+
+        child.send("l")
+        child.expect("fx-katas watch · the katas")
+        child.expect(r"  1  01_linear_relu +not started")
+        child.expect(r"> 2  02_matmul_bias_relu +not started")
+        child.expect(r"  3  03_conv_bn +✓ complete")
+        child.expect(r"  0  10_verify_harness +not started")
+        child.expect("Press a kata's number")
+        child.send("0")
+        child.expect("fx-katas watch · 10_verify_harness")
+        child.expect("Save solution.py to regrade")
+        child.send("h")
+        child.expect("Hint 1 of 3 for 10_verify_harness")
+        child.expect(r"\(ask again for hint 2")
+        child.expect("Save solution.py to regrade")
+        screen = last_screen(child)
+        start = next(i for i, line in enumerate(screen) if line.startswith("Hint 1 of 3")) + 1
+        hint = screen[start:next(i for i, line in enumerate(screen) if i >= start and line.startswith("("))]
+        assert len(hint) > 1 and all(line.startswith("  ") for line in hint), hint  # wrapped, indented
+
+        child.send("l")
+        child.expect("Press a kata's number")
+        child.send("1")
+        child.expect("fx-katas watch · 01_linear_relu")
+        child.expect("Save solution.py to regrade")
+        child.send("p")
+        child.expect("This is the first kata")
+        child.expect("Save solution.py to regrade")
+        assert "Grading" not in child.logfile_read.getvalue()
+        assert_whole(child, tree)
+        assert_80_columns(child)
+        quit_cleanly(child, "q")
+    finally:
+        child.close(force=True)
+
+
+def test_each_function_shows_its_first_failure(tmp_path):
+    """Kata 08 with find_elementwise_chains written (the reference's, but blind to nn-module spellings) and
+    fuse_elementwise_chains still the stub: find's failure shows, then fuse's stub failure, not the stub's
+    alone. The clone's path has hyphens: the file's path stays whole in the sentences."""
+    kata = "08_elementwise_chains"
+    tree = tmp_path / "fx-katas" / "katas"
+    stubs(tree, kata)
+    ref = (REPO_ROOT / "reference" / kata / "solution.py").read_text()
+    stub = (tree / kata / "solution.py").read_text()
+    find = ref[:ref.index("\nclass _ChainValue")]  # the reference's imports, tables, elementwise_kind, find
+    blind, replaced = re.subn(r"^MODULE_KINDS = .*$", "MODULE_KINDS = {}", find, flags=re.M)
+    assert replaced == 1
+    (tree / kata / "solution.py").write_text(blind + "\n\n" + stub[stub.index("def fuse_elementwise_chains"):])
+    child = spawn(tmp_path, tree, "--no-speed", "--kata", kata)
+    try:
+        child.expect("Grading")
+        child.expect(r"First failing check of find_elementwise_chains:\s+test_L2_exact\[find_module_spellings\]")
+        child.expect(r"find_elementwise_chains on model module_spellings returned \[\]")
+        child.expect(r"First failing check of fuse_elementwise_chains:\s+test_L\d_\w+\[fuse_\w+\]")
+        child.expect("fuse_elementwise_chains is still the stub")
+        child.expect("Save solution.py to regrade")
+        assert_whole(child, tree / kata / "solution.py")
+        assert_80_columns(child)
+        quit_cleanly(child, "q")
+    finally:
+        child.close(force=True)
+
