@@ -164,9 +164,11 @@ class Server:
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
-    def start(self, timeout: float = 90) -> "Server":
-        """Start it on a free port; if another process took that port before the server bound it (the
-        server's own Dask cluster binds ports of its own first), again on another one."""
+    def start(self, timeout: float = 90, port: int | None = None) -> "Server":
+        """Start it on a free port (or on `port`); if another process took that port before the server bound
+        it (the server's own Dask cluster binds ports of its own first), again on another one."""
+        if port is not None:
+            return self._start(timeout, port)
         for _ in range(3):
             try:
                 return self._start(timeout)
@@ -174,8 +176,8 @@ class Server:
                 continue
         return self._start(timeout)
 
-    def _start(self, timeout: float) -> "Server":
-        self.port = free_port()
+    def _start(self, timeout: float, port: int | None = None) -> "Server":
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.starts += 1
         self.log = self.tmp / f"server{self.starts}.log"

@@ -3,8 +3,10 @@ SQLite file: the organiser's commands, teams submitting through `score.py --subm
 API, the close; a server killed mid-grading and started again; and each security case on its own."""
 from __future__ import annotations
 
+import html
 import itertools
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -12,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from arena_support import (NO_OP_01, Server, add_team, arena, bomb, create, http, multipart, score_submit, solution,
-                           tar_of, tree)
+from arena_support import (NO_OP_01, Server, add_team, arena, bomb, create, free_port, http, multipart, score_submit,
+                           solution, tar_of, tree)
 from graders.competition.store import load_runs
 
 pytestmark = pytest.mark.timeout(900)
@@ -141,7 +143,7 @@ def secure(tmp_path_factory):
     db = f"sqlite:///{db_file}"
     organiser = create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--rate", "3/600")
     teams = {name: add_team(db, name) for name in ("Red", "Blue", "<script>alert(1)</script>", "Limited")}
-    server = Server(db, tmp, "--grading-threads", "0")
+    server = Server(db, tmp, "--grading-threads", "0", "--read-timeout", "1")
     try:
         server.start()
         yield server, db_file, organiser, teams
@@ -360,3 +362,174 @@ def test_after_the_closing_time_submissions_are_refused(tmp_path, running):
     assert refused.status == 403 and "closed" in refused.text
     page = server.get("/").text
     assert "closed for submissions since 2020-01-01T00:00:00Z UTC" in page and "id='upload'" not in page
+
+
+def add_by_api(secure, name: str):
+    server, _, organiser, _ = secure
+    return http(server.url + "/api/admin/teams", token=organiser, data=json.dumps({"name": name}).encode(),
+                kind="application/json")
+
+
+def test_a_team_name_with_a_slash_has_its_pages_and_api(secure):
+    """A `/` in a team's name: its link on the board is URL-encoded (%2F), and its page and its API answer
+    under that address. (Before: both 404, the decoded `/` split the path.)"""
+    server = secure[0]
+    added = add_by_api(secure, "AC/DC")
+    assert added.status == 201 and added.json()["team"] == "AC/DC"
+    sid = server.submit(added.json()["token"], good_tar("a slash")).json()["id"]
+    assert "<a href='/teams/AC%2FDC'>AC/DC</a>" in server.get("/").text  # its row, pending
+    page = server.get("/teams/AC%2FDC")
+    assert page.status == 200 and "<h1>Team AC/DC</h1>" in page.text and f"href='/submissions/{sid}'" in page.text
+    api = server.get("/api/teams/AC%2FDC")
+    assert api.status == 200 and api.json()["team"] == "AC/DC" and [s["id"] for s in api.json()["submissions"]] == [sid]
+    assert "<a href='/teams/AC%2FDC'>AC/DC</a>" in server.get(f"/submissions/{sid}").text
+
+
+def test_a_name_that_reads_like_a_teams_is_refused(secure):
+    """The organiser's API stores a name normalised (NFKC, no invisible characters, whitespace collapsed)
+    and refuses one that reads like an existing team's: other case, full-width letters, a zero-width space,
+    a Cyrillic look-alike. (Before: each was a new team beside Red.)"""
+    for twin in ("red", "Ｒｅｄ", "R\u200bed", "R\u0435d", " Red\u00a0"):
+        refused = add_by_api(secure, twin)
+        assert refused.status == 409, (twin, refused.text)
+        assert refused.json()["detail"].startswith("a team named 'Red' exists already"), twin
+    added = add_by_api(secure, "  Team\u200d   \uff37ide ")
+    assert added.status == 201 and added.json()["team"] == "Team Wide"
+    assert add_by_api(secure, "bell\x07").json() == {"detail": "a team name may not hold control characters (it holds U+0007)"}
+
+
+def test_requests_the_server_cannot_use_answer_a_sentence_never_500(secure):
+    """An admin body that is not JSON (without a token, with one), a name holding NUL, an id over 64 bits,
+    an id that is no number: each answers 400, 401, 404 or 422 with a sentence. (Before: 500 for the
+    first three, FastAPI's 422 dump for the last.)"""
+    server, _, organiser, _ = secure
+    admin = server.url + "/api/admin/teams"
+    no_token = http(admin, data=b"not json", kind="application/json")
+    assert no_token.status == 401 and "the organiser's token" in no_token.json()["detail"]
+    for body in (b"not json", b"\xff\xfe", b"[1, 2]", b'{"name": 7}'):
+        bad = http(admin, token=organiser, data=body, kind="application/json")
+        assert bad.status == 400 and 'send {"name": "Team Name"}' in bad.json()["detail"], body
+    nul = add_by_api(secure, "nul\x00team")
+    assert nul.status == 400 and "control characters" in nul.json()["detail"]
+    assert server.get("/api/teams/nul%00team").json() == {"detail": "no such team"}
+    for path in (f"/api/submissions/{2**63}", f"/api/submissions/{2**64}/files", f"/api/submissions/-{2**63 + 1}"):
+        answer = server.get(path)
+        assert answer.status == 404 and answer.json()["detail"].startswith("no such submission: #"), path
+    not_a_number = server.get("/api/submissions/abc")
+    assert not_a_number.status == 422
+    assert not_a_number.json() == {"detail": "sid 'abc': Input should be a valid integer, unable to parse string as an integer"}
+
+
+def test_a_page_answers_its_errors_as_a_page(secure):
+    """Not under /api/, an error is a small HTML page with its sentence and its status (before: the JSON
+    {"detail": ...} or FastAPI's 422 dump); under /api/ it stays JSON."""
+    server = secure[0]
+    for path, status, sentence in [("/submissions/999999", 404, "no such submission: #999999"),
+                                   (f"/submissions/{2**64}", 404, "no such submission"),
+                                   ("/submissions/abc", 422, "sid 'abc': Input should be a valid integer"),
+                                   ("/teams/Nobody", 404, "no such team"),
+                                   ("/katas/99_none", 404, "no kata '99_none' in this competition"),
+                                   ("/nowhere", 404, "no such page: /nowhere")]:
+        answer = server.get(path)
+        assert answer.status == status and answer.headers["Content-Type"].startswith("text/html"), path
+        assert sentence in html.unescape(answer.text) and "detail" not in answer.text, path
+    assert server.get("/api/nowhere").json() == {"detail": "no such endpoint: /api/nowhere"}
+
+
+def test_every_response_has_the_security_headers_and_every_page_a_viewport(secure):
+    """X-Frame-Options, X-Content-Type-Options and a Content-Security-Policy on pages, API answers, errors,
+    the static files and the event stream; every page has a viewport and no inline script or style (the
+    policy allows only the site's own files: the browser test runs the board under it). Before: none."""
+    server, _, _, teams = secure
+    answers = {path: server.get(path, token=teams["Red"]) for path in
+               ["/", "/katas/04_dce", "/teams/Red", "/submissions/1", "/submissions/999999", "/nowhere",
+                "/api/board", "/api/me", "/api/nowhere", "/static/board.js", "/static/arena.css"]}
+    answers["/submit"] = http(server.url + "/submit", data=b"", kind="multipart/form-data; boundary=x")
+    with urllib.request.urlopen(server.url + "/events", timeout=10) as events:
+        answers["/events"] = events
+    for path, answer in answers.items():
+        assert answer.headers["X-Frame-Options"] == "DENY", path
+        assert answer.headers["X-Content-Type-Options"] == "nosniff", path
+        policy = answer.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        if answer.headers["Content-Type"].startswith("text/html"):
+            text = answer.text
+            assert "<meta name='viewport' content='width=device-width, initial-scale=1'>" in text, path
+            assert "<script>" not in text and "<style>" not in text and " style=" not in text, path
+    assert answers["/static/board.js"].headers["Content-Type"].startswith("text/javascript")
+
+
+@pytest.mark.parametrize("path", ["/api/submissions", "/submit", "/api/admin/teams"])
+def test_a_body_that_stalls_is_cut_off_with_408(secure, path):
+    """A client that declares Content-Length 10000, sends 10 bytes and waits: the server answers 408 after
+    its read time-out (--read-timeout 1 here) and closes the connection. (Before: held open for good.)"""
+    server, _, organiser, _ = secure
+    token = organiser if "admin" in path else new_team(secure)[1]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=8) as connection:
+        connection.sendall(f"POST {path} HTTP/1.1\r\nHost: arena\r\nAuthorization: Bearer {token}\r\n"
+                           "Content-Type: application/x-tar\r\nContent-Length: 10000\r\n\r\n".encode() + b"x" * 10)
+        started, answer = time.monotonic(), b""
+        try:
+            while chunk := connection.recv(65536):  # until the server closes the connection
+                answer += chunk
+        except TimeoutError:
+            pass
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert "the request's body stalled: no byte for 1 s" in html.unescape(answer.decode()) and took < 5, took
+
+
+def test_the_board_says_when_the_grading_finished(secure):
+    """The board's graded_at is when the submission's grading finished, `submitted` when it came (before:
+    graded_at was the submission's time)."""
+    server, db_file, _, _ = secure
+    name, team = new_team(secure)
+    sid = server.submit(team, good_tar("when")).json()["id"]
+    with sqlite3.connect(db_file) as connection:
+        connection.execute("update submission set status = 'graded', total_points = 0, created = '2026-01-01 10:00:00', "
+                           "graded_at = '2026-01-01 10:07:30' where id = ?", (sid,))
+    row = next(r for r in server.get("/api/board").json()["rows"] if r["team"] == name)
+    assert (row["submitted"], row["graded_at"]) == ("2026-01-01T10:00:00Z", "2026-01-01T10:07:30Z")
+
+
+def test_score_submit_waits_out_a_server_restart(tmp_path, capsys):
+    """`score.py --submit`'s client tries an unreachable server again with back-off: started before the
+    server, it uploads once the server is up; the server restarted while it follows the grading, it goes
+    on and prints the team's rank. (Before: 'Refused: cannot reach' at the first connection error.)"""
+    from graders.arena.client import submit
+
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    create(db, "--kata", "04_dce", "--no-speed")
+    team = add_team(db, "Patient")
+    port, outcome, said = free_port(), {}, []
+    server = Server(db, tmp_path, "--grading-threads", "0")
+    client = threading.Thread(target=lambda: outcome.update(code=submit(
+        f"http://127.0.0.1:{port}", team, tree(tmp_path / "team", {"04_dce/solution.py": solution("04_dce")}),
+        timeout=120, poll=0.2, retry_for=60)))
+
+    def printed(text: str) -> bool:
+        said.append(capsys.readouterr())
+        return any(text in s.out for s in said)
+
+    try:
+        client.start()  # it finds no server (a server takes seconds to start), and waits
+        server.start(port=port)
+        server.wait_for(lambda: printed("Following its grading"), 30, "the acknowledgement")
+        server.stop()  # the server goes away while the client follows the grading ...
+        with sqlite3.connect(db_file) as connection:  # ... which finishes meanwhile (this server grades nothing)
+            connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values "
+                               "(1, '04_dce', 60, '{\"points\": 60.0}', datetime('now'))")
+            connection.execute("update submission set status = 'graded', total_points = 60, graded_at = datetime('now')")
+        server.start(port=port)
+        client.join(120)
+    finally:
+        server.stop()
+        client.join(120)
+    said.append(capsys.readouterr())
+    out, err = "".join(s.out for s in said), "".join(s.err for s in said)
+    assert outcome == {"code": 0}, (out, err)
+    assert "Submission 1 acknowledged for team Patient" in out and "Team Patient: 60.0 points, rank 1 of 1." in out
+    assert err.count(f"cannot reach http://127.0.0.1:{port}/api/competition") >= 1
+    assert err.count(f"cannot reach http://127.0.0.1:{port}/api/submissions/1") >= 1
+    assert "trying again in 1s (for up to 60s in all)" in err

@@ -1,8 +1,12 @@
 """The live board in a real browser: Playwright drives Debian's chromium (/usr/bin/chromium, never a
 downloaded browser). The board is open; a team submits through the CLI; its row appears and its points
-change on the open page, without a reload; then a team submits through the page's upload form."""
+change on the open page, without a reload; then a team submits through the page's upload form; all of it
+under the server's Content-Security-Policy, which the browser enforces. At the close the open board drops
+its upload form and shows the seed, without a reload; on a phone's screen it is laid out at the phone's
+width."""
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +51,8 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                 str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS)
             try:
                 page = browser.new_page()
+                console = []  # a script or style the policy refused would be said here
+                page.on("console", lambda message: console.append(message.text))
                 page.goto(server.url + "/")
                 expect(page.locator("#board")).to_be_visible()
                 assert page.locator("tr[data-team='Orbit']").count() == 0
@@ -83,6 +89,7 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                 page.goto(server.url + "/")
                 expect(page.locator("tr[data-team='Form <Team>'] td").nth(2)).to_have_text("80.0")
                 print(f"board: {page.locator('#rows').inner_text()!r}")
+                assert not [m for m in console if "Content Security Policy" in m], console
             finally:
                 browser.close()
     finally:
@@ -92,6 +99,48 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
         server.stop()
 
 
+
+
+def test_at_the_close_the_open_board_drops_its_form_and_shows_the_seed(tmp_path):
+    """The board open on a phone (390 px wide): laid out at 390 px (the viewport tag; without it, 980); the
+    organiser closes the competition: the upload form goes and the seed shows, without a reload. (Before:
+    the form stayed and the seed came only with a reload.) No grading: the server grades nothing."""
+    missing = browser_missing()
+    if missing:
+        pytest.skip(missing)
+    from playwright.sync_api import expect, sync_playwright
+
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    create(db, "--kata", "04_dce")
+    server = Server(db, tmp_path, "--grading-threads", "0")
+    try:
+        server.start()
+        with sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+                viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=3)
+            try:
+                page = browser.new_page()
+                console = []
+                page.on("console", lambda message: console.append(message.text))
+                page.goto(server.url + "/")
+                expect(page.locator("#upload")).to_be_visible()
+                assert page.evaluate("window.innerWidth") == 390
+                page.evaluate("window.notReloaded = true")
+                page.wait_for_timeout(1000)  # the event stream's first fingerprint is in
+                with sqlite3.connect(db_file) as connection:  # what `arena.py close` does first
+                    connection.execute("update competition set closed = 1")
+                    seed = connection.execute("select seed from competition").fetchone()[0]
+                expect(page.locator("#upload")).to_have_count(0, timeout=30_000)
+                expect(page.locator("#seed")).to_have_text(f"The seed was {seed}.")
+                expect(page.locator("#state")).to_have_text("closed")
+                assert page.evaluate("window.notReloaded") is True
+                assert not [m for m in console if "Content Security Policy" in m], console
+            finally:
+                browser.close()
+    finally:
+        server.stop()
 
 
 def test_without_the_browser_the_skip_names_what_is_missing(monkeypatch, tmp_path):

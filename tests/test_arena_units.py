@@ -198,15 +198,44 @@ def test_a_graph_table_drawn_as_svg():
 
 def test_score_submit_needs_a_token_and_says_when_the_arena_cannot_be_reached(monkeypatch, capsys, tmp_path):
     from arena_support import free_port
-    from graders.arena.client import submit
-    from graders.cli.score import parse_args
+    from graders.cli.score import main, parse_args
 
     monkeypatch.delenv("ARENA_TOKEN", raising=False)
     with pytest.raises(SystemExit):
         parse_args(["--submit", "http://127.0.0.1:1"])
     assert "--submit needs the team's token" in capsys.readouterr().err
-    assert submit(f"http://127.0.0.1:{free_port()}", "token", tmp_path, timeout=5) == 1
-    assert "Refused: cannot reach" in capsys.readouterr().err
+    started = time.monotonic()  # through score.py's own flag, as a team types it
+    assert main(["--submit", f"http://127.0.0.1:{free_port()}", "--token", "token", "--solutions", str(tmp_path),
+                 "--retry-for", "1.5"]) == 1
+    err = capsys.readouterr().err
+    assert "trying again in 1s (for up to 1.5s in all)" in err and "Refused: cannot reach" in err
+    assert "(tried again for 1.5s)" in err and 1.5 <= time.monotonic() - started < 3
+
+
+def test_score_submit_takes_an_http_refusal_at_once(capsys, tmp_path):
+    """Only a connection error is tried again: a server that answers (401 here) is believed at once."""
+    import http.server
+    import threading
+
+    from graders.arena.client import submit
+
+    class Unauthorised(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"detail": "unknown token"}')
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unauthorised) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started = time.monotonic()
+        assert submit(f"http://127.0.0.1:{server.server_address[1]}", "token", tmp_path, retry_for=60) == 1
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert err == "Refused: 401: unknown token\n" and time.monotonic() - started < 5
 
 
 def test_a_server_stopping_mid_grading_stores_no_verdict_from_the_processes_it_killed(tmp_path):
@@ -225,3 +254,112 @@ def test_a_server_stopping_mid_grading_stores_no_verdict_from_the_processes_it_k
     with db.session() as session:
         assert session.get(Submission, 1).status == "running"  # graded again at the next start
         assert [r.kata for r in session.query(KataResult)] == ["01_linear_relu"]
+
+
+def test_a_grading_sentence_names_the_file_as_the_team_knows_it(tmp_path):
+    """The fleet stages a team's file in its Dask worker's scratch space (graders/competition/nurseries.py)
+    and the grading's sentences name it there; the arena stores NN_name/solution.py instead (and reads an
+    older row the same way). Before: the machine's scratch path was on the team's page."""
+    staged = "/tmp/dask-scratch-space/worker-3emr1rq1/fx-katas-team-uvho3yrb/01_linear_relu/solution.py"
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, FakeGrader(), threads=0)
+    queue.store(1, "01_linear_relu", {"points": 0.0, "message": f"test_L1_pattern[fused_module]: {staged} does not "
+                                      "compile: invalid syntax at line 1.",
+                                      "checks": [{"message": f'importing {staged} raised NameError: x (File "{staged}", line 3)'},
+                                                 {"message": "the nursery for /tmp/q/fx-katas-team-abc did not start"}]})
+    with db.session() as session:
+        summary = session.query(KataResult).one().summary
+    assert summary["message"] == ("test_L1_pattern[fused_module]: 01_linear_relu/solution.py does not compile: "
+                                  "invalid syntax at line 1.")
+    assert [c["message"] for c in summary["checks"]] == [
+        'importing 01_linear_relu/solution.py raised NameError: x (File "01_linear_relu/solution.py", line 3)',
+        "the nursery for the team's folder did not start"]
+    with sqlite3.connect(tmp_path / "unit.db") as connection:
+        assert "fx-katas-team" not in connection.execute("select summary from kata_result").fetchone()[0]
+        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values "
+                           "(1, '04_dce', 0, ?, datetime('now'))", (json.dumps({"message": f"{staged} is old"}),))
+    with db.session() as session:
+        assert session.query(KataResult).filter_by(kata="04_dce").one().summary == {"message": "01_linear_relu/solution.py is old"}
+
+
+def test_team_add_normalises_names_and_refuses_look_alikes(tmp_path, capsys):
+    """`arena.py team add` stores a name NFKC-normalised, without zero-width or other invisible characters,
+    its whitespace collapsed; refuses control characters (NUL), and a name that reads like an existing
+    team's (case, full-width letters, a zero-width space, a Cyrillic or Greek look-alike). Before: each was
+    a new team that looked the same on the board."""
+    from graders.arena import cli
+
+    db = f"sqlite:///{tmp_path / 'names.db'}"
+    assert cli.main(["create", "--db", db, "--kata", "04_dce"]) == 0
+    assert cli.main(["team", "add", "--db", db, "  Alpha\u200b  Team ", "\uff22eta", "AC/DC"]) == 0
+    out = capsys.readouterr().out
+    assert "Team 'Alpha Team' added." in out and "Team 'Beta' added." in out and "Team 'AC/DC' added." in out
+    twins = ["alpha team", "Alpha\u00a0Team", "\u0410lpha Team", "\u0391LPHA TEAM", "Alpha\u2060 Team", "BETA", "\u0392eta"]
+    for twin in twins:
+        assert cli.main(["team", "add", "--db", db, twin]) == 1, twin
+        err = capsys.readouterr().err
+        assert err.startswith(f"{twin!r} refused: a team named "), err
+        assert ("exists already, and" in err and "reads the same" in err) or err.endswith("exists already.\n"), err
+    for bad, why in [("nul\x00", "may not hold control characters (it holds U+0000)"), ("\u200b\u200d", "1 to 100 visible"),
+                     ("..", "only dots"), ("x" * 101, "1 to 100 visible")]:
+        assert cli.main(["team", "add", "--db", db, bad]) == 1
+        assert why in capsys.readouterr().err, bad
+    with sqlite3.connect(tmp_path / "names.db") as connection:
+        assert sorted(n for (n,) in connection.execute("select name from team")) == ["AC/DC", "Alpha Team", "Beta"]
+
+
+def test_the_database_url_is_printed_without_its_password(tmp_path, capsys, monkeypatch):
+    """`create` and `serve` print the database URL with its password masked (SQLAlchemy's
+    render_as_string(hide_password=True)). Before: the password in the clear, in the organiser's terminal
+    and the server's log."""
+    import uvicorn
+
+    from graders.arena import cli
+
+    secret = "postgresql://arena:hunter2@db.example:5432/arena"
+    db = Database(f"sqlite:///{tmp_path / 'url.db'}")
+    db.url = secret  # a SQLite file underneath: what is printed is what is asked about
+    assert cli.create(db, cli.parse_args(["create", "--kata", "04_dce"])) == 0
+    assert cli.create(db, cli.parse_args(["create", "--kata", "04_dce"])) == 1  # one competition a database
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    assert cli.serve(db, cli.parse_args(["serve", "--grading-threads", "0"])) == 0
+    printed = capsys.readouterr()
+    assert "hunter2" not in printed.out + printed.err
+    assert "Created the competition in postgresql://arena:***@db.example:5432/arena" in printed.out
+    assert "postgresql://arena:***@db.example:5432/arena holds a competition already" in printed.err
+    assert "(database postgresql://arena:***@db.example:5432/arena)." in printed.out
+
+
+def test_a_request_that_raised_is_answered_500_with_a_sentence_and_the_security_headers():
+    """A handler that raises: the API answers JSON, a page an HTML page, both with the security headers
+    (the middleware answers it itself, so the 500 has them too)."""
+    import asyncio
+    import logging
+
+    from graders.arena.app import SecurityHeaders
+
+    async def raises(scope, receive, send):
+        raise RuntimeError("a bug")
+
+    async def answer(path: str) -> list[dict]:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        await SecurityHeaders(raises)({"type": "http", "method": "GET", "path": path, "headers": []}, receive, send)
+        return sent
+
+    logging.getLogger("arena").disabled = True
+    try:
+        for path, kind, body in [("/api/board", b"application/json", b'{"detail":"the server failed on this request'),
+                                 ("/", b"text/html; charset=utf-8", b"<p id='error'>the server failed on this request")]:
+            start, content = asyncio.run(answer(path))
+            headers = dict(start["headers"])
+            assert start["status"] == 500 and headers[b"content-type"] == kind and body in content["body"], path
+            assert headers[b"x-frame-options"] == b"DENY" and b"script-src 'self'" in headers[b"content-security-policy"]
+    finally:
+        logging.getLogger("arena").disabled = False

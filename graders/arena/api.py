@@ -4,7 +4,7 @@
     GET  /api/competition               katas, closing time, rate limit; the seed only after the close
     GET  /api/board                     the ranked rows (graders.competition.ranking)
     GET  /api/katas/{kata}              the ranking for one kata
-    GET  /api/teams/{name}              a team's submission history
+    GET  /api/teams/{name}              a team's submission history (the name URL-encoded: it may hold a `/`)
     GET  /api/me                        (team) the team's row and rank
     POST /api/submissions               (team) upload: a tar archive, or multipart files named by path
     GET  /api/submissions/{id}          points per kata and level; sentences for the team (all after the close)
@@ -17,12 +17,19 @@ closing time and the rate limit are checked and the upload recorded as the team'
 short transaction); the archive is unpacked in a worker thread, outside every lock, within its byte and
 time budgets (graders.arena.uploads); then the submission is stored, or the upload marked refused. A
 refused upload counts against the team's rate like a stored one, and one team's upload never holds
-another's acknowledgement.
+another's acknowledgement. A body is read chunk by chunk, each within the server's read time-out
+(`serve --read-timeout`, 10 s), the whole within BODY_SECONDS: a client that declares a body and stalls is
+answered 408 and its connection closed, never held open.
+
+Every refusal is a sentence ({"detail": "..."}): a body that is not JSON, an id no row can have (over
+64 bits), a name holding NUL (which PostgreSQL refuses to compare) answer 400, 404 or 422, never 500.
 
 May import: graders.frame, graders.competition (store: files_hash), graders.arena (db, uploads, board).
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 import threading
 import time
@@ -32,13 +39,12 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
 
 from graders.arena import uploads
 from graders.competition.store import files_hash
 from graders.arena.board import iso, redact_summary, results_of, standings
-from graders.arena.db import (Database, Submission, SubmittedFile, Team, Upload, new_token, now, token_hash,
-                              valid_text)
+from graders.arena.db import (Database, NameRefused, NameTaken, Submission, SubmittedFile, Team, Upload, now,
+                              token_hash, valid_text)
 
 
 class Utf8JSONResponse(JSONResponse):
@@ -86,17 +92,20 @@ def competition_json(db: Database) -> dict:
 
 
 def board_json(db: Database, kata: str | None = None) -> dict:
+    """The ranked rows; `open` says whether uploads are taken now (not closed, not past the closing time)."""
     with db.session() as session:
         c = competition_or_404(db, session)
         if kata is not None and kata not in c.katas:
             raise HTTPException(404, f"no kata {kata!r} in this competition")
-        return {"closed": c.closed, "katas": c.katas, "kata": kata, "rows": standings(session, c, kata)}
+        return {"closed": c.closed, "open": not is_closed(c), "katas": c.katas, "kata": kata,
+                "rows": standings(session, c, kata)}
 
 
 def team_json(db: Database, name: str, token: str | None) -> dict:
     with db.session() as session:
         c = competition_or_404(db, session)
-        team = session.scalars(select(Team).where(Team.name == name)).first()
+        # no team's name holds NUL (db.team_name), and PostgreSQL refuses to compare a text that does
+        team = None if "\x00" in name else session.scalars(select(Team).where(Team.name == name)).first()
         if team is None:
             raise HTTPException(404, "no such team")
         mine = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
@@ -107,14 +116,20 @@ def team_json(db: Database, name: str, token: str | None) -> dict:
         return {"team": name, "row": row, "submissions": history, "closed": c.closed}
 
 
+def submission_or_404(session, sid: int) -> Submission:
+    """Submission `sid`, or 404; an id over 64 bits (which the database cannot even compare) is no row's."""
+    s = session.get(Submission, sid) if 0 < sid < 2**63 else None
+    if s is None:
+        raise HTTPException(404, f"no such submission: #{sid}")
+    return s
+
+
 def submission_json(db: Database, sid: int, token: str | None) -> dict:
     """What this reader may see of submission `sid`: its team and the organiser everything but the seed;
     others its points once graded (and the sentences after the close), never its code."""
     with db.session() as session:
         c = competition_or_404(db, session)
-        s = session.get(Submission, sid)
-        if s is None:
-            raise HTTPException(404, "no such submission")
+        s = submission_or_404(session, sid)
         team = session.get(Team, s.team_id)
         owner = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
         results = results_of(session, sid)
@@ -168,10 +183,15 @@ def admit_upload(db: Database, token: str | None) -> tuple[int, list[str]]:
         return upload.id, list(c.katas)
 
 
+def reason_text(reason: str) -> str:
+    """A refusal's sentence as stored: valid UTF-8, no NUL (PostgreSQL stores no text that holds one)."""
+    return valid_text(reason).replace("\x00", "\\x00")[:500]
+
+
 def refuse_upload(db: Database, upload_id: int, reason: str) -> None:
     with db.session() as session:
         session.execute(update(Upload).where(Upload.id == upload_id)
-                        .values(outcome="refused", reason=valid_text(reason)[:500]))
+                        .values(outcome="refused", reason=reason_text(reason)))
 
 
 def refused_unread(db: Database, token: str | None, reason: str) -> None:
@@ -180,7 +200,7 @@ def refused_unread(db: Database, token: str | None, reason: str) -> None:
     with _submit_lock, db.session() as session:
         team, c = db.team_by_token(session, token), db.competition(session)
         if team is not None and c is not None and not is_closed(c) and retry_after(db, session, team, c) is None:
-            session.add(Upload(team_id=team.id, created=now(), outcome="refused", reason=valid_text(reason)[:500]))
+            session.add(Upload(team_id=team.id, created=now(), outcome="refused", reason=reason_text(reason)))
 
 
 def store_submission(db: Database, upload_id: int, kept: dict[str, bytes]) -> dict:
@@ -226,25 +246,54 @@ async def take_upload(request: Request) -> tuple[dict, str | None]:
 
 # A body declared over the cap is still read (and dropped) up to this multiple of it, so the client reads its 413.
 DRAINED_OVER_THE_CAP = 4
+READ_TIMEOUT = 10.0  # seconds a body may stall between two chunks (`serve --read-timeout`)
+BODY_SECONDS = 120.0  # seconds the whole body may take: 512 KiB at 4.4 KB/s
+MAX_ADMIN_BODY = 16 * 1024
+
+
+async def body_chunks(request: Request):
+    """The request's body, chunk by chunk, each within the server's read time-out of the one before and the
+    whole within BODY_SECONDS; else 408 (and the connection is closed: its body was never read to its end)."""
+    idle = getattr(request.app.state, "read_timeout", READ_TIMEOUT)
+    deadline = time.monotonic() + BODY_SECONDS
+    chunks = request.stream().__aiter__()
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            chunk = await asyncio.wait_for(chunks.__anext__(), max(0.0, min(idle, left)))
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise HTTPException(408, f"the request's body stalled: no byte for {idle:g} s" if left > idle else
+                                     f"the request's body took over {BODY_SECONDS:g} s",
+                                headers={"Connection": "close"}) from None
+        yield chunk
+
+
+async def read_body(request: Request, cap: int) -> bytes:
+    """The whole body within `cap` bytes (413 over it) and the read time-outs (408)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > cap):
+        if declared.isdigit() and int(declared) <= DRAINED_OVER_THE_CAP * cap:
+            # Read what a client that does not wait for an answer is still sending, and drop it: answering and
+            # closing first resets its connection, and it would never read the 413.
+            async for _ in body_chunks(request):
+                pass
+            raise HTTPException(413, f"upload over {cap} bytes")
+        raise HTTPException(413, f"upload over {cap} bytes", headers={"Connection": "close"})  # its body unread
+    body = bytearray()
+    async for chunk in body_chunks(request):
+        body += chunk
+        if len(body) > cap:
+            raise HTTPException(413, f"upload over {cap} bytes")
+    return bytes(body)
 
 
 async def read_upload(request: Request) -> tuple[str | None, object]:
-    """The body within the cap (413 before reading when Content-Length is over it), and a parser for it:
-    (the token a form carried, parse(katas) -> files)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > uploads.MAX_UPLOAD_BYTES):
-        if declared.isdigit() and int(declared) <= DRAINED_OVER_THE_CAP * uploads.MAX_UPLOAD_BYTES:
-            # Read what a client that does not wait for an answer is still sending, and drop it: answering and
-            # closing first resets its connection, and it would never read the 413.
-            async for _ in request.stream():
-                pass
-        raise HTTPException(413, f"upload over {uploads.MAX_UPLOAD_BYTES} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > uploads.MAX_UPLOAD_BYTES:
-            raise HTTPException(413, f"upload over {uploads.MAX_UPLOAD_BYTES} bytes")
-    request._body = bytes(body)  # request.form() reads the body kept here
+    """The body within the cap (413 before reading when Content-Length is over it) and the read time-outs
+    (408), and a parser for it: (the token a form carried, parse(katas) -> files)."""
+    body = await read_body(request, uploads.MAX_UPLOAD_BYTES)
+    request._body = body  # request.form() reads the body kept here
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
         try:
@@ -280,7 +329,7 @@ def get_kata_board(request: Request, kata: str):
     return board_json(db_of(request), kata)
 
 
-@router.get("/teams/{name}")
+@router.get("/teams/{name:path}")  # a name may hold a `/` (encoded %2F, which the path arrives decoded)
 def get_team(request: Request, name: str):
     return team_json(db_of(request), name, bearer(request))
 
@@ -314,9 +363,7 @@ def get_submission(request: Request, sid: int):
 def get_files(request: Request, sid: int):
     db, token = db_of(request), bearer(request)
     with db.session() as session:
-        s = session.get(Submission, sid)
-        if s is None:
-            raise HTTPException(404, "no such submission")
+        s = submission_or_404(session, sid)
         team = session.get(Team, s.team_id)
         if not (db.is_organiser(session, token) or (token and team.token_hash == token_hash(token))):
             raise HTTPException(403, "only the submission's team and the organiser read its code")
@@ -325,8 +372,11 @@ def get_files(request: Request, sid: int):
 
 
 def organiser_only(request: Request, session) -> None:
-    if not db_of(request).is_organiser(session, bearer(request)):
-        raise HTTPException(403, "organiser endpoints need the organiser's token (printed by `arena.py create`)")
+    """401 without a token, 403 with one that is not the organiser's."""
+    token = bearer(request)
+    if not db_of(request).is_organiser(session, token):
+        raise HTTPException(403 if token else 401, "organiser endpoints need the organiser's token (printed by "
+                            "`arena.py create`)", headers=None if token else {"WWW-Authenticate": "Bearer"})
 
 
 @router.get("/admin/submissions")
@@ -342,17 +392,36 @@ def admin_submissions(request: Request):
 
 @router.post("/admin/teams", status_code=201)
 async def admin_add_team(request: Request):
-    payload = await request.json()
+    """The organiser first (401, 403), then the body: a JSON object {"name": ...} (400 otherwise); the name is
+    normalised and refused as `arena.py team add` does (db.Database.add_team; 409 when it reads like a team's)."""
     db = db_of(request)
-    name = str(payload.get("name", "")).strip()
-    if not name or len(name) > 100:
-        raise HTTPException(400, "a team name has 1 to 100 characters")
-    with db.session() as session:
-        organiser_only(request, session)
-    token = new_token()
+    await run_in_threadpool(_organiser, request)
+    body = await read_body(request, MAX_ADMIN_BODY)
     try:
-        with db.session() as session:
-            session.add(Team(name=name, token_hash=token_hash(token)))
-    except IntegrityError:
-        raise HTTPException(409, f"a team named {name!r} exists already") from None
+        payload = json.loads(body)
+    except ValueError:
+        raise HTTPException(400, 'the body is not JSON: send {"name": "Team Name"}') from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        raise HTTPException(400, 'the body names no team: send {"name": "Team Name"}')
+    try:
+        name, token = await run_in_threadpool(db.add_team, payload["name"])
+    except NameTaken as taken:
+        raise HTTPException(409, str(taken)) from None
+    except NameRefused as refused:
+        raise HTTPException(400, str(refused)) from None
     return {"team": name, "token": token}
+
+
+def _organiser(request: Request) -> None:
+    with db_of(request).session() as session:
+        organiser_only(request, session)
+
+
+def refusal(errors: list[dict]) -> str:
+    """A request FastAPI could not read (an id that is not a number...), as one sentence."""
+    said = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ())[1:]) or "the request"
+        said.append(f"{where} {error['input']!r}: {error.get('msg', 'invalid')}" if "input" in error
+                    else f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(said) or "the request could not be read"

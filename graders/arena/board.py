@@ -82,8 +82,10 @@ def counted(session: Session, competition: Competition) -> dict[str, tuple[Submi
 def standings(session: Session, competition: Competition, kata: str | None = None) -> list[dict]:
     """The board's rows, ranked by graders.competition.ranking.ranking_key (for one kata: the same key over
     that kata alone)."""
-    runs = []
+    runs, graded = [], {}
     for team, (submission, latest) in counted(session, competition).items():
+        if submission is not None:
+            graded[submission.id] = iso(submission.graded_at)  # when its grading finished (None: not yet)
         katas = results_of(session, submission.id) if submission and submission.status == "graded" else {}
         if kata is not None:
             katas = {kata: katas[kata]} if kata in katas else {}
@@ -96,7 +98,8 @@ def standings(session: Session, competition: Competition, kata: str | None = Non
         rows.append({"rank": rank, "team": run["team"], "points": run["total_points"],
                      "geomean_speedup": geo, "disqualified": bool(run["disqualified"]),
                      "katas": {k: r.get("points", 0.0) for k, r in run["katas"].items()},
-                     "submission": run["submission"], "graded_at": run["timestamp"], "grading": run["pending"]})
+                     "submission": run["submission"], "submitted": run["timestamp"],
+                     "graded_at": graded.get(run["submission"]), "grading": run["pending"]})
     return rows
 
 

@@ -2,7 +2,7 @@
 
     uv run graders/arena.py create --kata 03_conv_bn --kata 04_dce --closes 2026-12-01T18:00 --rate 5/600
     uv run graders/arena.py team add "Team A" "Team B" # prints each team's token, once
-    uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tls://HOST:8786 --certificates DIR]
+    uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tls://HOST:8786 --certificates DIR] [--read-timeout S]
     uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
 
 May import: graders.frame, graders.arena (db, grading, app, board).
@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 
-from graders.arena.db import DEFAULT_DB, Competition, Database, Submission, Team, new_token, token_hash
+from graders.arena.db import DEFAULT_DB, Competition, Database, NameRefused, Submission, new_token, token_hash
 from graders.frame.catalogue import KATAS, REPO_ROOT
 
 
@@ -59,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="the fleet's certificates for a tls:// --cluster (score.py --make-certificates DIR)")
     serve.add_argument("--grading-threads", type=int, default=1, metavar="N",
                        help="submissions graded at once (default 1)")
+    serve.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
+                       help="an upload whose body stalls this many seconds is cut off with 408 (default 10)")
     create = commands.add_parser("create", parents=[common], help="create the competition; prints the organiser's token")
     create.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA", help="a kata (repeatable; default all)")
     create.add_argument("--closes", type=moment, metavar="TIME", help="closing time, UTC (e.g. 2026-12-01T18:00); "
@@ -81,34 +82,30 @@ def parse_args(argv=None) -> argparse.Namespace:
 def create(db: Database, args) -> int:
     with db.session() as session:
         if db.competition(session) is not None:
-            print(f"{db.url} holds a competition already; use another --db for a new one.", file=sys.stderr)
+            print(f"{db.shown_url} holds a competition already; use another --db for a new one.", file=sys.stderr)
             return 1
         token = new_token()
         katas = args.kata or list(KATAS)
         session.add(Competition(katas=katas, closes_at=args.closes, rate_limit=args.rate[0], rate_window=args.rate[1],
                                 speed=not args.no_speed, seed=random.SystemRandom().randrange(2**31),
                                 organiser_hash=token_hash(token)))
-    print(f"Created the competition in {db.url}: katas {', '.join(katas)}; "
+    print(f"Created the competition in {db.shown_url}: katas {', '.join(katas)}; "
           f"{'closes ' + args.closes.isoformat() + ' UTC' if args.closes else 'open until `arena.py close`'}; "
           f"at most {args.rate[0]} submissions per team per {args.rate[1]:g}s; the secret seed is kept in the database.")
     print(f"Organiser token (shown once; only its hash is kept): {token}")
     return 0
 
 
-def add_team(db: Database, name: str) -> int:
-    name = name.strip()
-    if not name or len(name) > 100:
-        print("a team name has 1 to 100 characters", file=sys.stderr)
-        return 1
-    token = new_token()
+def add_team(db: Database, text: str) -> int:
+    """The name is stored normalised (db.team_name) and refused when it reads like an existing team's."""
+    with db.session() as session:
+        if db.competition(session) is None:
+            print("no competition yet: run `arena.py create` first", file=sys.stderr)
+            return 1
     try:
-        with db.session() as session:
-            if db.competition(session) is None:
-                print("no competition yet: run `arena.py create` first", file=sys.stderr)
-                return 1
-            session.add(Team(name=name, token_hash=token_hash(token)))
-    except IntegrityError:
-        print(f"a team named {name!r} exists already", file=sys.stderr)
+        name, token = db.add_team(text)
+    except NameRefused as refused:
+        print(f"{text!r} refused: {refused}.", file=sys.stderr)
         return 1
     print(f"Team {name!r} added. Its token (shown once; only its hash is kept): {token}")
     return 0
@@ -156,8 +153,9 @@ def serve(db: Database, args) -> int:
     from graders.arena.grading import make_grader
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0, certificates=args.certificates), grading_threads=args.grading_threads)
-    print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.url}).", flush=True)
+    app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0, certificates=args.certificates),
+                   grading_threads=args.grading_threads, read_timeout=args.read_timeout)
+    print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.shown_url}).", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
     return 0
 

@@ -6,7 +6,14 @@ The database is the grading queue: a submission is `queued` when stored, `runnin
 `graded` at the end, and a kata's result is one row per (submission, kata), so a server started again
 grades exactly the katas that have no row yet. Tokens are stored only as SHA-256 hashes. Every text of a
 grading result is valid UTF-8 as it is stored and again as it is read (`valid_text`): an exception's
-message may hold a lone surrogate, which no page or JSON answer could encode.
+message may hold a lone surrogate, which no page or JSON answer could encode; and it names a team's file
+as the team knows it, `NN_name/solution.py`, never by the grading machine's scratch path where the fleet
+staged it (`team_paths`).
+
+A team's name is stored normalised (`team_name`: NFKC, no invisible characters, whitespace collapsed; no
+control character) and refused when it reads like an existing team's (`name_key`: the same without case
+or look-alike letters of other scripts), so two rows on the board never look the same. A database URL is
+shown with its password masked (`shown_url`).
 
 May import: the standard library (and SQLAlchemy).
 """
@@ -14,11 +21,14 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import re
 import secrets
+import unicodedata
 from contextlib import contextmanager
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, TypeDecorator,
-                        UniqueConstraint, create_engine, event, select)
+                        UniqueConstraint, create_engine, event, make_url, select)
+from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 DEFAULT_DB = "sqlite:///arena.db"
@@ -54,17 +64,98 @@ def valid_text(value):
     return value
 
 
+# A file the fleet staged for grading: <the Dask worker's scratch>/fx-katas-team-XXXX/NN_name/solution.py
+# (graders/competition/nurseries.py), or any other absolute path to a kata's solution file.
+_STAGED_QUOTED = re.compile(r"""(?<![^\s(\[=:])(["'`])[^"'`\n]*/fx-katas-team-[A-Za-z0-9_]+/""")  # a quoted path may hold spaces
+_STAGED = re.compile(r"""(?:[^\s'"`()\[\]<>,;]*/)?fx-katas-team-[A-Za-z0-9_]+(?:/|\b)""")
+_ABSOLUTE_SOLUTION = re.compile(r"""(?<![\w.~])(?:/[^\s'"`()\[\]<>,;/]+)+/(\d\d_\w+/solution\.py)\b""")
+
+
+def team_paths(value):
+    """`value` (what JSON holds) with every path of a staged solution file shown as the team knows it:
+    `/tmp/dask-scratch-space/worker-x/fx-katas-team-y/04_dce/solution.py` reads `04_dce/solution.py`, and
+    the staged folder alone reads "the team's folder"."""
+    if isinstance(value, str):
+        if "/" not in value:
+            return value
+        value = _STAGED_QUOTED.sub(r"\1", value)
+        value = _STAGED.sub(lambda m: "" if m.group(0).endswith("/") else "the team's folder", value)
+        return _ABSOLUTE_SOLUTION.sub(r"\1", value)
+    if isinstance(value, dict):
+        return {k: team_paths(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [team_paths(v) for v in value]
+    return value
+
+
 class TextJSON(TypeDecorator):
-    """JSON whose strings are valid UTF-8 when stored, and again when read (a row stored before holds
-    what it holds)."""
+    """JSON whose strings are valid UTF-8 and name no scratch path when stored, and again when read (a
+    row stored before holds what it holds)."""
     impl = JSON
     cache_ok = True
 
     def process_bind_param(self, value, dialect):
-        return valid_text(value)
+        return team_paths(valid_text(value))
 
     def process_result_value(self, value, dialect):
-        return valid_text(value)
+        return team_paths(valid_text(value))
+
+
+def shown_url(url: str) -> str:
+    """The database URL as printed: its password masked (postgresql://arena:***@host/arena)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+MAX_NAME = 100
+# Letters of Cyrillic and Greek drawn like a Latin letter (and a few Latin variants NFKC keeps): names
+# that differ only by these read the same on the board. Compared before case is folded, so an upper-case
+# look-alike maps to its upper-case twin.
+LOOK_ALIKES = str.maketrans({
+    **dict(zip("АВЕЅІЈКМНОРСТХУ", "ABESIJKMHOPCTXY")), **dict(zip("аеѕіјорсухԁһӏԛԝ", "aesijopcyxdhlqw")),
+    **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX")), **dict(zip("αικνορυ", "aikvopu")),
+    **dict(zip("ıɑɡꞮ", "iagI")),
+})
+# Invisible characters that are not format characters (category Cf): a combining grapheme joiner, the
+# Hangul fillers, variation selectors.
+INVISIBLE = set("\u034f\u115f\u1160\u3164\uffa0\u17b4\u17b5\u180b\u180c\u180d\u180e\u180f") | {chr(c) for c in range(0xFE00, 0xFE10)}
+
+
+class NameRefused(ValueError):
+    """A team name that cannot be used; the message says why, in one sentence."""
+
+
+class NameTaken(NameRefused):
+    """A team name that reads like an existing team's."""
+
+
+def _visible(text: str) -> str:
+    """NFKC, without format characters (zero-width spaces and joiners, direction marks) or other invisible
+    ones, each run of whitespace one space, none at the ends."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf" and c not in INVISIBLE)
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def team_name(text: str) -> str:
+    """The name as stored (`_visible`). Refused (NameRefused): a control character (NUL among them) other
+    than whitespace, a lone surrogate, nothing left, over MAX_NAME characters, or only dots (its page's
+    address would climb)."""
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in "\t\n\r"), None)
+    if bad is not None:
+        raise NameRefused(f"a team name may not hold control characters (it holds U+{ord(bad):04X})")
+    name = _visible(text)
+    if not name or len(name) > MAX_NAME:
+        raise NameRefused(f"a team name has 1 to {MAX_NAME} visible characters")
+    if set(name) == {"."}:
+        raise NameRefused("a team name may not be only dots")
+    return name
+
+
+def name_key(name: str) -> str:
+    """What a name reads as: two names with the same key look the same on the board."""
+    return unicodedata.normalize("NFKC", _visible(name).translate(LOOK_ALIKES).casefold())
 
 
 class Base(DeclarativeBase):
@@ -164,6 +255,27 @@ class Database:
 
     def team_by_token(self, session: Session, token: str | None) -> Team | None:
         return session.scalars(select(Team).where(Team.token_hash == token_hash(token))).first() if token else None
+
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
+
+    def add_team(self, text: str) -> tuple[str, str]:
+        """Add a team: (its name as stored, its token, shown once). NameRefused (a sentence) for a name
+        team_name refuses or one that reads like an existing team's (name_key)."""
+        name, token = team_name(text), new_token()
+        key = name_key(name)
+        try:
+            with self.session() as session:
+                same = next((other for other in session.scalars(select(Team.name)) if name_key(other) == key), None)
+                if same is not None:
+                    raise NameTaken(f"a team named {same!r} exists already" + (
+                        "" if same == name else f", and {name!r} reads the same (names are compared without case, "
+                                                "invisible characters or look-alike letters)"))
+                session.add(Team(name=name, token_hash=token_hash(token)))
+        except IntegrityError:  # added by another process meanwhile
+            raise NameTaken(f"a team named {name!r} exists already") from None
+        return name, token
 
     def is_organiser(self, session: Session, token: str | None) -> bool:
         competition = self.competition(session)

@@ -4,6 +4,12 @@ a team's history, a submission's points per kata and level with the failing chec
 graph before and after the pass drawn as SVG, and the upload form. Every text a team controls is
 HTML-escaped here (and the board's script writes rows with textContent only).
 
+Every page has a viewport (it reads on a phone), and no inline script or style: the script and the style
+sheet are served from /static/ under the server's Content-Security-Policy (graders.arena.app), which
+allows only this site's own. When the competition closes the board drops its upload form and shows the
+seed without a reload. An error on a page (not under /api/) is answered as a small page with its
+sentence, its status kept (`error_page`).
+
 May import: graders.frame, graders.arena (api, graphs, uploads).
 """
 from __future__ import annotations
@@ -13,13 +19,15 @@ import datetime
 import html
 import json
 import time
+from http import HTTPStatus
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy import func, select
 
-from graders.arena.api import bearer, board_json, competition_json, db_of, submission_json, take_upload, team_json
+from graders.arena.api import (bearer, board_json, competition_json, db_of, is_closed, submission_json, take_upload,
+                               team_json)
 from graders.arena.db import KataResult, Submission
 from graders.arena.graphs import split_message, svg
 from graders.frame.levels import LEVELS
@@ -31,14 +39,27 @@ STREAM_SECONDS = 300  # an event stream ends after this; the browser's EventSour
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4f4f4}.dq{color:#a00}
 .grading{color:#888;font-style:italic}pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em}
-.graphs{display:flex;gap:1em;flex-wrap:wrap}nav a{margin-right:1em}form{margin-top:1em}"""
+.graphs{display:flex;gap:1em;flex-wrap:wrap}nav a{margin-right:1em}form{margin-top:1em}
+.wide{overflow-x:auto}svg{max-width:100%;height:auto}
+@media (max-width:40em){body{margin:.6em}td,th{padding:.2em .3em}h1{font-size:1.4em}}"""
+VIEWPORT = "<meta name='viewport' content='width=device-width, initial-scale=1'>"
 
 
-def page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    text = (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-            f"<style>{STYLE}</style></head><body><nav><a href='/'>board</a></nav><h1>{e(title)}</h1>{body}</body></html>")
+def page(title: str, body: str, status: int = 200, headers: dict | None = None) -> HTMLResponse:
+    text = (f"<!doctype html><html><head><meta charset='utf-8'>{VIEWPORT}<title>{e(title)}</title>"
+            "<link rel='stylesheet' href='/static/arena.css'></head>"
+            f"<body><nav><a href='/'>board</a></nav><h1>{e(title)}</h1>{body}</body></html>")
     # valid UTF-8 whatever a text holds: a lone surrogate (an exception's message) is shown as its escape
-    return HTMLResponse(text.encode("utf-8", "backslashreplace"), status_code=status)
+    return HTMLResponse(text.encode("utf-8", "backslashreplace"), status_code=status, headers=headers)
+
+
+def error_page(status: int, sentence: str, headers: dict | None = None) -> HTMLResponse:
+    """An error on a page: its sentence on a small page, the status kept."""
+    try:
+        title = f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        title = str(status)
+    return page(title, f"<p id='error'>{e(sentence)}</p><p><a href='/'>back to the board</a></p>", status, headers)
 
 
 def fmt(x, pattern="{:.1f}", none="-"):
@@ -46,6 +67,7 @@ def fmt(x, pattern="{:.1f}", none="-"):
 
 
 def team_link(name: str) -> str:
+    """A team's page, its name URL-encoded (a `/` is %2F; /teams/{name:path} takes it back)."""
     from urllib.parse import quote
     return f"<a href='/teams/{e(quote(name, safe=''))}'>{e(name)}</a>"
 
@@ -61,12 +83,24 @@ def board_rows(board: dict) -> str:
     return "".join(rows)
 
 
-BOARD_SCRIPT = """<script>
-const katas = %s;
+BOARD_SCRIPT = """'use strict';
+const table = document.getElementById('board');
+const katas = JSON.parse(table.dataset.katas);
 function cell(tr, text, href) { const td = document.createElement('td');
   if (href) { const a = document.createElement('a'); a.href = href; a.textContent = text; td.appendChild(a); }
   else td.textContent = text; tr.appendChild(td); }
 function f(x, d) { return (typeof x === 'number') ? x.toFixed(d) : '-'; }
+async function closed(board) {
+  const form = document.getElementById('submit'); if (form) form.remove();
+  const state = document.getElementById('state');
+  if (board.closed) state.textContent = 'closed';
+  else if (!state.textContent.startsWith('closed')) state.textContent = 'closed for submissions';
+  const seed = document.getElementById('seed');
+  if (board.closed && !seed.textContent) {
+    const info = await (await fetch('/api/competition', {cache: 'no-store'})).json();
+    if (info.seed !== undefined) seed.textContent = 'The seed was ' + info.seed + '.';
+  }
+}
 async function redraw() {
   const board = await (await fetch('/api/board', {cache: 'no-store'})).json();
   const body = document.getElementById('rows'); const fresh = document.createElement('tbody'); fresh.id = 'rows';
@@ -77,19 +111,34 @@ async function redraw() {
     cell(tr, typeof r.geomean_speedup === 'number' ? r.geomean_speedup.toFixed(2) + 'x' : '-');
     cell(tr, r.grading ? 'grading…' : ''); fresh.appendChild(tr); }
   body.replaceWith(fresh); document.getElementById('updated').textContent = new Date().toLocaleTimeString();
-  if (board.closed) document.getElementById('state').textContent = 'closed';
+  if (!board.open) await closed(board);
 }
 const events = new EventSource('/events');
 events.addEventListener('board', () => redraw());
-</script>"""
+"""
+# A submission's page while it is graded: reloaded when the database moves (a kata graded).
+SUBMISSION_SCRIPT = """'use strict';
+const s = new EventSource('/events');
+s.addEventListener('board', (ev) => { if (window.seen && window.seen !== ev.data) location.reload(); window.seen = ev.data; });
+"""
+STATIC = {"arena.css": (STYLE, "text/css"), "board.js": (BOARD_SCRIPT, "text/javascript"),
+          "submission.js": (SUBMISSION_SCRIPT, "text/javascript")}
+
+
+@router.get("/static/{name}")
+def static(name: str):
+    if name not in STATIC:
+        raise HTTPException(404, f"no such file: /static/{name}")
+    text, kind = STATIC[name]
+    return Response(text, media_type=kind, headers={"Cache-Control": "no-cache"})
 
 
 def upload_form(katas: list[str]) -> str:
     inputs = "".join(f"<label>{e(k)}/solution.py <input type='file' name='{e(k)}/solution.py' accept='.py'></label><br>"
                      for k in katas)
-    return ("<h2>Submit</h2><form id='upload' method='post' action='/submit' enctype='multipart/form-data'>"
-            "<label>team token <input type='password' name='token' autocomplete='off'></label><br>"
-            f"{inputs}<button type='submit'>submit</button></form>")
+    return ("<section id='submit'><h2>Submit</h2><form id='upload' method='post' action='/submit' "
+            "enctype='multipart/form-data'><label>team token <input type='password' name='token' autocomplete='off'>"
+            f"</label><br>{inputs}<button type='submit'>submit</button></form></section>")
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -103,14 +152,15 @@ def board_page(request: Request):
     past = bool(info["closes_at"]) and info["closes_at"] <= datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     state = ("closed" if info["closed"] else f"closed for submissions since {e(info['closes_at'])} UTC" if past
              else f"open{' until ' + e(info['closes_at']) + ' UTC' if info['closes_at'] else ''}")
-    seed = f"<p>The seed was {info['seed']}.</p>" if info.get("seed") is not None else ""
+    seed = f"The seed was {info['seed']}." if info.get("seed") is not None else ""
     body = (f"<p>Competition <span id='state'>{state}</span>; katas {e(', '.join(board['katas']))}; "
-            f"updated <span id='updated'>now</span>.</p>{seed}"
-            f"<table id='board'><thead><tr><th>rank</th><th>team</th><th>points</th>{head}<th>geomean speedup</th><th></th>"
-            f"</tr></thead><tbody id='rows'>{board_rows(board)}</tbody></table>"
+            f"updated <span id='updated'>now</span>.</p><p id='seed'>{seed}</p>"
+            f"<div class='wide'><table id='board' data-katas='{e(json.dumps(board['katas']))}'><thead><tr><th>rank</th>"
+            f"<th>team</th><th>points</th>{head}<th>geomean speedup</th><th></th>"
+            f"</tr></thead><tbody id='rows'>{board_rows(board)}</tbody></table></div>"
             "<p>Rank by points, then by the geometric mean of the speed levels' speedups (each capped at twice "
             "its kata's threshold).</p>"
-            + ("" if info["closed"] or past else upload_form(board["katas"])) + BOARD_SCRIPT % json.dumps(board["katas"]))
+            + ("" if info["closed"] or past else upload_form(board["katas"])) + "<script src='/static/board.js'></script>")
     return page("fx-katas arena: live board", body)
 
 
@@ -123,7 +173,7 @@ def kata_page(request: Request, kata: str):
                 f"{rows}</table>")
 
 
-@router.get("/teams/{name}", response_class=HTMLResponse)
+@router.get("/teams/{name:path}", response_class=HTMLResponse)
 def team_page(request: Request, name: str):
     data = team_json(db_of(request), name, bearer(request, cookie=True))
     row = data["row"]
@@ -170,8 +220,7 @@ def submission_page(request: Request, sid: int):
         head += "<p>Level 4's checks read only passed or failed until the close, so the hidden models stay secret.</p>"
     body = head + "".join(kata_section(k, r) for k, r in data["katas_graded"].items())
     if data["status"] != "graded":
-        body += ("<script>const s = new EventSource('/events'); s.addEventListener('board', (ev) => "
-                 "{ if (window.seen && window.seen !== ev.data) location.reload(); window.seen = ev.data; });</script>")
+        body += "<script src='/static/submission.js'></script>"
     return page(f"Submission #{sid}", body)
 
 
@@ -182,7 +231,8 @@ async def submit_form(request: Request):
     try:
         ack, token = await take_upload(request)
     except HTTPException as exc:
-        return page("Submission refused", f"<p>{e(str(exc.detail))}</p><p><a href='/'>back</a></p>", exc.status_code)
+        return page("Submission refused", f"<p>{e(str(exc.detail))}</p><p><a href='/'>back</a></p>", exc.status_code,
+                    exc.headers)
     request.app.state.queue.wake.set()
     response = RedirectResponse(f"/submissions/{ack['id']}", status_code=303)
     response.set_cookie("arena_token", token or "", httponly=True, samesite="strict")
@@ -190,12 +240,13 @@ async def submit_form(request: Request):
 
 
 def fingerprint(db) -> str:
+    """Changes whenever the board does: a submission stored, a kata graded, the close or the closing time."""
     with db.session() as session:
         c = db.competition(session)
         counts = session.execute(select(func.count(Submission.id), func.sum(Submission.attempts),
                                         func.count(Submission.graded_at))).one()
         results = session.scalar(select(func.count(KataResult.id)))
-        return f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}"
+        return f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}-{bool(c and is_closed(c))}"
 
 
 @router.get("/events")

@@ -108,6 +108,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--token", default=os.environ.get("ARENA_TOKEN"),
                         help="the team's token for --submit (default: env ARENA_TOKEN)")
     parser.add_argument("--follow-timeout", type=float, default=3600.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument("--retry-for", type=float, default=60.0, metavar="S",
+                        help="live competition: keep trying an arena that cannot be reached (a server restarting) for "
+                             "up to S seconds, backing off (default 60)")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results", help=argparse.SUPPRESS)
     parser.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -172,7 +175,7 @@ def main(argv=None) -> int:
     if args.submit:
         from graders.arena.client import submit  # the live competition's client: no grading here
 
-        return submit(args.submit, args.token, args.solutions, args.follow_timeout)
+        return submit(args.submit, args.token, args.solutions, args.follow_timeout, retry_for=args.retry_for)
     organiser = args.submissions is not None
     folder = resume_settings(args) if organiser else None
     seed = folder.settings()["seed"] if organiser else resolve_seed(args.seed)
