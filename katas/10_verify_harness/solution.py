@@ -18,7 +18,8 @@ def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_sampl
     model: an nn.Module (leave it as you found it). pass_fn: GraphModule -> GraphModule; it may edit,
     and even corrupt, what it is given. example_inputs: a tuple of floating tensors, batch on dim 0.
 
-    Returns {"numerical": bool, "gradient": bool, "lint": bool, "params": bool, "speedup": float},
+    Returns {"numerical": bool, "gradient": bool, "lint": bool, "params": bool, "effects": bool,
+    "speedup": float},
     each defined exactly in README.md ("Your task"). verify_pass itself must not raise because the
     transformed model crashes or returns the wrong shape: that is a failed check, not an error.
     """
@@ -33,6 +34,10 @@ def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_sampl
     #   parameter the pass left unchanged (torch.autograd.grad, allow_unused=True: None means zero).
     # TODO(human): lint: a GraphModule whose graph lints and whose code was regenerated from it.
     # TODO(human): params: the pass added no parameter elements.
+    # TODO(human): effects: run both models from the same RNG state and the same buffer values, each on its own
+    #   copy of the inputs (the example and a few samples): the input copies, the buffers both models have (same
+    #   name and shape) and torch.get_rng_state() (torch.cuda's too on CUDA) must end up alike. Do it before the
+    #   other checks run the models, and restore the caller's RNG state afterwards (torch.random.fork_rng).
     # TODO(human): speedup: time(traced original) / time(transformed) on example_inputs: warm up,
     #   one thread, alternate the two round by round (at least 5 rounds), median of the per-round ratios;
     #   on CUDA, torch.cuda.synchronize() before each clock reading.

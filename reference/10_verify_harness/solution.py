@@ -13,6 +13,7 @@ import torch.fx as fx
 # example's batch size): so sizes other than 1 and the example's too.
 EXTRA_BATCH_SIZES = (1, 2, 3)
 GRADIENT_SAMPLES = 3
+EFFECT_SAMPLES = 3
 TIMING_ROUNDS, TIMING_CHUNK_S, TIMING_WARMUP = 5, 0.01, 3
 
 
@@ -45,7 +46,9 @@ def gradients(module, inputs, cotangents, params: list[str]) -> list[torch.Tenso
     """d(sum(outputs * cotangents)) with respect to every input and to the named parameters."""
     inputs = tuple(t.detach().clone().requires_grad_(True) for t in inputs)
     named = dict(module.named_parameters())
-    outputs = as_tuple(module(*inputs))
+    # The model gets clones of the leaves: a model that writes an input in place (acc.add_(...)) cannot write a
+    # leaf that requires grad, and writes to a clone leave the leaf, and the gradient with respect to it, intact.
+    outputs = as_tuple(module(*(t.clone() for t in inputs)))
     if len(outputs) != len(cotangents) or any(o.shape != c.shape for o, c in zip(outputs, cotangents)):
         raise ValueError("outputs differ in number or shape")
     loss = sum((o * c).sum() for o, c in zip(outputs, cotangents))
@@ -83,6 +86,51 @@ def graph_is_valid(gm) -> bool:
         return False
     gm.graph.lint()
     return gm.code == gm.graph.python_code(root_module="self").src
+
+
+def copies(inputs) -> tuple:
+    return tuple(t.detach().clone() for t in inputs)  # clone keeps a dense tensor's strides: a transposed view stays one
+
+
+def effects_match(original, transformed, samples, atol, rtol) -> bool:
+    """Run from the same RNG state on equal copies of each sample, from the same buffer values, the two models
+    leave the inputs, the buffers they both have (same name and shape) and the RNG state alike: what a model does
+    to the world (in-place writes, random draws) is part of what it does, and no output shows it."""
+    cuda = sorted({t.device for t in samples[0] if t.is_cuda}, key=str)
+
+    def rng_state() -> list[torch.Tensor]:
+        return [torch.get_rng_state(), *(torch.cuda.get_rng_state(device) for device in cuda)]
+
+    def set_rng_state(state: list[torch.Tensor]) -> None:
+        torch.set_rng_state(state[0])
+        for device, device_state in zip(cuda, state[1:]):
+            torch.cuda.set_rng_state(device_state, device)
+
+    before = [{name: b.detach().clone() for name, b in m.named_buffers()} for m in (original, transformed)]
+    after_names = dict(transformed.named_buffers())
+    shared = [name for name, b in original.named_buffers()
+              if name in after_names and after_names[name].shape == b.shape]
+    with torch.random.fork_rng(devices=cuda), torch.no_grad():  # the caller's RNG stream is the caller's
+        start = rng_state()
+        for inputs in samples:
+            runs = []
+            for model, buffers in zip((original, transformed), before):
+                for name, b in model.named_buffers():  # each sample from the buffers the model was built with
+                    b.copy_(buffers[name])
+                set_rng_state(start)
+                args = copies(inputs)
+                model(*args)
+                runs.append((args, dict(model.named_buffers()), rng_state()))
+            (want_inputs, want_buffers, want_rng), (got_inputs, got_buffers, got_rng) = runs
+            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)
+            torch.testing.assert_close([got_buffers[n] for n in shared], [want_buffers[n] for n in shared],
+                                       atol=atol, rtol=rtol)
+            if not all(torch.equal(g, w) for g, w in zip(got_rng, want_rng)):
+                return False
+    for model, buffers in zip((original, transformed), before):  # as they were, for the other checks
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])
+    return True
 
 
 def parameter_count(module) -> int:
@@ -150,6 +198,8 @@ def verify_pass(model, pass_fn, example_inputs, *, atol=1e-5, rtol=1e-5, n_sampl
     # really meets, and fresh draws reproduce neither.
     samples = [example_inputs, *draw_samples(example_inputs, n_samples)]
     report = {
+        # First: the other checks run the models again, and a model with effects changes its buffers as it runs.
+        "effects": passes(effects_match, original, transformed, samples[:EFFECT_SAMPLES], atol, rtol),
         "numerical": passes(outputs_match, original, transformed, samples, atol, rtol),
         "gradient": passes(gradients_match, original, transformed, samples[:GRADIENT_SAMPLES], atol, rtol),
         "lint": passes(graph_is_valid, transformed),

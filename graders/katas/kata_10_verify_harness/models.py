@@ -18,7 +18,7 @@ from graders.run import Case, Program, Program2, call_module_nodes, manifest, ma
 
 MANIFEST = manifest("10_verify_harness")
 HIDDEN = MANIFEST["hidden"]  # the passes of the hidden battery, the truth about each, the hint
-CHECK_KEYS = ("numerical", "gradient", "lint", "params")
+CHECK_KEYS = ("numerical", "gradient", "lint", "params", "effects")
 ACTIVATIONS = (torch.relu, torch.tanh, F.gelu)
 
 
@@ -60,7 +60,22 @@ def swap_add_operands(gm):
 
 
 def eliminate_dead_code(gm):
-    gm.graph.eliminate_dead_code()  # every battery model's dead code is free of side effects
+    """torch.fx's own dead-code elimination. It keeps random draws (impure) but trusts an unused result: an in-place
+    call_method whose result nobody reads (running.add_(...), acc.add_(...)) goes, and the write with it. Right on
+    the hidden models and mlp_dead_branch, whose dead code is free of side effects; wrong on mlp_running and
+    mlp_accumulates."""
+    gm.graph.eliminate_dead_code()
+    return done(gm)
+
+
+RANDOM_DRAWS = (torch.rand_like, torch.randn_like, torch.rand, torch.randn)
+
+
+def drops_dead_random_draws(gm):
+    """Erases the random draws whose result is unused (fx's DCE keeps them): the outputs do not change, the RNG
+    stream after the call does, and every later draw the program makes (a dropout mask, an initialisation) with it."""
+    for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target in RANDOM_DRAWS and not n.users]:
+        gm.graph.erase_node(node)
     return done(gm)
 
 
@@ -235,13 +250,23 @@ def mutates_shared_weights(gm, index=0):
     return gm
 
 
-def mlp(dead_branch=False, second_output=False, zero_term=False, activation=torch.relu) -> nn.Module:
+def mlp(dead_branch=False, second_output=False, zero_term=False, activation=torch.relu, running=False,
+        accumulates=False, dead_random=False) -> nn.Module:
     """Every op is a handle some pass grabs: the flatten (batch-size and layout traps), the abs on the
     input (negative-input trap), the Linears (weights to detach, pad or edit in place), the activations;
-    with `zero_term`, a term `0.0 * probe(a)` added to the output (exactly zero, and so are probe's gradients)."""
-    def forward(m, x):
+    with `zero_term`, a term `0.0 * probe(a)` added to the output (exactly zero, and so are probe's gradients).
+    Effects no output shows: with `running`, a buffer `running` updated in place (an average of the features);
+    with `accumulates`, a second input `acc` the features are added to in place; with `dead_random`, a
+    torch.rand_like whose result is unused (it still advances the RNG)."""
+    def forward(m, x, acc=None):
         h = torch.flatten(x, 1)
         a = torch.abs(h)
+        if running:  # every operand a traced value: a write to the buffer alone would run once, at trace time
+            m.running.add_(a.detach().mean(0) - m.running, alpha=0.1)
+        if accumulates:
+            acc.add_(a.detach())
+        if dead_random:
+            torch.rand_like(a)  # a draw never used, like a dropout mask computed and then skipped
         if dead_branch:
             torch.tanh(m.aux(a))  # a dead branch: its result is never used
         out = m.fc2(activation(m.fc1(a))) * 0.5 + h
@@ -253,7 +278,8 @@ def mlp(dead_branch=False, second_output=False, zero_term=False, activation=torc
     parts |= {"aux": nn.Linear(20, 20)} if dead_branch else {}
     parts |= {"probe": nn.Linear(20, 20)} if zero_term else {}
     parts |= {"head2": nn.Linear(20, 3)} if second_output else {}
-    return Program(forward, **parts)
+    parts |= {"running": torch.zeros(20)} if running else {}  # a plain tensor: Program makes it a buffer
+    return (Program2 if accumulates else Program)(forward, **parts)
 
 
 def conv_bn(bias=True) -> nn.Module:
@@ -275,11 +301,15 @@ def dead_head(width=256) -> nn.Module:
                    head=nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)))
 
 
-MODELS = {  # the names kata.toml's [cases] use: a builder and the shape of one input, batch left out
+MODELS = {  # the names kata.toml's [cases] use: a builder and the shape of each input, batch left out
     "mlp": (mlp, (4, 5)), "mlp_dead_branch": (functools.partial(mlp, dead_branch=True), (4, 5)),
     "mlp_two_outputs": (functools.partial(mlp, second_output=True), (4, 5)),
     "mlp_zero_term": (functools.partial(mlp, zero_term=True), (4, 5)),
     "mlp_gelu": (functools.partial(mlp, activation=F.gelu), (4, 5)),
+    "mlp_running": (functools.partial(mlp, running=True), (4, 5)),
+    "mlp_accumulates": (functools.partial(mlp, accumulates=True), (4, 5), (20,)),  # and acc, (batch, 20)
+    "mlp_dead_random": (functools.partial(mlp, dead_random=True), (4, 5)),
+    "mlp_effects": (functools.partial(mlp, running=True, dead_random=True), (4, 5)),
     "conv_bn": (conv_bn, (3, 6, 6)), "conv_bn_no_bias": (functools.partial(conv_bn, bias=False), (3, 6, 6))}
 EXAMPLES = {"randn": torch.randn, "rand": torch.rand,  # rand: an image batch in [0, 1)
             "transposed": lambda shape: torch.randn(shape[0], *shape[:0:-1]).transpose(1, -1)}  # non-contiguous
@@ -291,11 +321,15 @@ def in_dtype(builder: Callable[[], nn.Module], dtype: torch.dtype) -> Callable[[
 
 def case(spec: dict) -> Case:
     """A case from its declaration in kata.toml's [cases]; its `pass` names one of the passes above."""
-    (builder, shape), draw = MODELS[spec.get("model", "mlp")], EXAMPLES[spec.get("example", "randn")]
+    (builder, shape, *more), draw = MODELS[spec.get("model", "mlp")], EXAMPLES[spec.get("example", "randn")]
     dtype = getattr(torch, spec.get("dtype", "float32"))
     pass_fn = globals()[spec["pass"]]
     pass_fn = functools.partial(pass_fn, index=spec["index"]) if "index" in spec else pass_fn
-    return Case(in_dtype(builder, dtype), lambda batch: (draw((batch, *shape)).to(dtype),), spec["truth"],
+
+    def inputs(batch: int) -> tuple:  # the first input drawn as `example` says, any further one with randn
+        return (draw((batch, *shape)).to(dtype), *(torch.randn(batch, *extra, dtype=dtype) for extra in more))
+
+    return Case(in_dtype(builder, dtype), inputs, spec["truth"],
                 spec.get("hint", ""), batch_sizes=(spec.get("batch", 4),), extra={**spec, "pass": pass_fn})
 
 

@@ -90,6 +90,21 @@ MUTANTS = [
            "        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef graph_is_valid(",
            "        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # gradients are noisier\n"
            "    return True\n\n\ndef graph_is_valid(", caught_at=2),
+    # Effects: what the model does to the world besides its outputs (in-place writes, random draws).
+    Mutant("never_checks_effects",
+           '"effects": passes(effects_match, original, transformed, samples[:EFFECT_SAMPLES], atol, rtol),',
+           '"effects": True,', caught_at=2),
+    Mutant("effects_ignores_buffers",
+           "            torch.testing.assert_close([got_buffers[n] for n in shared], [want_buffers[n] for n in shared],\n"
+           "                                       atol=atol, rtol=rtol)\n", "", caught_at=2),
+    Mutant("effects_ignores_the_rng",
+           "            if not all(torch.equal(g, w) for g, w in zip(got_rng, want_rng)):\n                return False\n",
+           "", caught_at=2),
+    Mutant("effects_ignores_inputs",
+           "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n", "", caught_at=2),
+    # The second model runs from the RNG state the first left: a model that draws looks like one that changed.
+    Mutant("effects_without_resetting_the_rng",
+           "                set_rng_state(start)\n", "", caught_at=2),
     Mutant("fixed_tolerances",
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'
@@ -126,4 +141,9 @@ CAUGHT_BY = {
     "speedup_zero_when_it_cannot_run": "breaks_node_order",
     "fixed_gradient_tolerance": "tighter_tolerance_float64",
     "fixed_tolerances": "looser_tolerance_tanh_gelu",
+    "never_checks_effects": "dce_drops_a_buffer_update",
+    "effects_ignores_buffers": "dce_drops_a_buffer_update",
+    "effects_ignores_the_rng": "drops_a_dead_random_draw",
+    "effects_ignores_inputs": "dce_drops_a_write_to_an_input",
+    "effects_without_resetting_the_rng": "pure_rewrite_keeps_every_effect",
 }
