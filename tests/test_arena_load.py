@@ -61,9 +61,9 @@ def test_forty_submissions_at_once_are_acknowledged_stored_and_graded_once(tmp_p
         assert [status for status, *_ in answers] == [201] * len(jobs)
         ids = sorted(body["id"] for _, body, *_ in answers)
         assert ids == list(range(1, len(jobs) + 1))
-        # acknowledged while grading ran: when the last acknowledgement came, gradings had started, and
-        # the real ones had not all finished (each takes seconds in a sandboxed worker)
-        assert "running" in states or "graded" in states, states
+        # acknowledged without waiting for grading: when the last acknowledgement came, the real gradings had
+        # not all finished (each takes seconds in a sandboxed worker). Whether any had started by then is a
+        # race (an upload is acknowledged in milliseconds now), so it is not asserted; the queue's draining is.
         assert states.count("graded") < len(jobs), states
         with sqlite3.connect(db_file) as connection:  # stored: the row and the file, before the answer
             assert connection.execute("select count(*) from submitted_file").fetchone()[0] == len(jobs)
