@@ -46,22 +46,32 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _each_string(value, change, *, keys: bool = False):
+    """`value` (what JSON holds) with `change` applied to every string in it (and to dict keys if `keys`)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {(_each_string(k, change, keys=keys) if keys else k): _each_string(v, change, keys=keys)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_each_string(v, change, keys=keys) for v in value]
+    return value
+
+
+def _valid_string(text: str) -> str:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def valid_text(value):
     """`value` (what JSON holds) with every string valid UTF-8: a lone surrogate becomes its backslash
     escape (\\ud800), so the text stays readable and every answer can encode it."""
-    if isinstance(value, str):
-        if value.isascii():
-            return value
-        try:
-            value.encode("utf-8")
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {valid_text(k): valid_text(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [valid_text(v) for v in value]
-    return value
+    return _each_string(value, _valid_string, keys=True)
 
 
 # A file the fleet staged for grading: <the Dask worker's scratch>/fx-katas-team-XXXX/NN_name/solution.py
@@ -75,17 +85,15 @@ def team_paths(value):
     """`value` (what JSON holds) with every path of a staged solution file shown as the team knows it:
     `/tmp/dask-scratch-space/worker-x/fx-katas-team-y/04_dce/solution.py` reads `04_dce/solution.py`, and
     the staged folder alone reads "the team's folder"."""
-    if isinstance(value, str):
-        if "/" not in value:
-            return value
-        value = _STAGED_QUOTED.sub(r"\1", value)
-        value = _STAGED.sub(lambda m: "" if m.group(0).endswith("/") else "the team's folder", value)
-        return _ABSOLUTE_SOLUTION.sub(r"\1", value)
-    if isinstance(value, dict):
-        return {k: team_paths(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [team_paths(v) for v in value]
-    return value
+    return _each_string(value, _team_path)
+
+
+def _team_path(text: str) -> str:
+    if "/" not in text:
+        return text
+    text = _STAGED_QUOTED.sub(r"\1", text)
+    text = _STAGED.sub(lambda m: "" if m.group(0).endswith("/") else "the team's folder", text)
+    return _ABSOLUTE_SOLUTION.sub(r"\1", text)
 
 
 class TextJSON(TypeDecorator):

@@ -8,6 +8,7 @@ May import: graders.frame.
 from __future__ import annotations
 
 import hashlib
+from functools import cache
 
 from graders.frame.catalogue import manifest
 from graders.frame.levels import LEVELS, CheckResult, level_points
@@ -51,7 +52,12 @@ def is_shipped_stub(kata: str, source: bytes | None) -> bool:
     """Whether `source` is the kata's stub byte for byte as this project ships it: its SHA-256 is the manifest's
     `stub_sha256` (the dev check holds it to katas/NN_name/solution.py in the project's own tree). Not the file
     in katas/ itself: a learner solves there, in place, and that file is then no stub."""
-    return source is not None and hashlib.sha256(source).hexdigest() == manifest(kata).get("stub_sha256")
+    return source is not None and hashlib.sha256(source).hexdigest() == _stub_digest(kata)
+
+
+@cache
+def _stub_digest(kata: str) -> str | None:
+    return manifest(kata).get("stub_sha256")
 
 
 def stub_records(kata: str, levels: str | None, speed: bool = True) -> list[CheckResult]:

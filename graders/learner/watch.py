@@ -35,8 +35,8 @@ from watchfiles import watch
 
 from graders.frame.levels import LEVELS, CheckResult
 from graders.frame.catalogue import KATAS, REPO_ROOT, manifest
-from graders.learner.progress import (first_unfinished, is_complete, known_progress, next_hint, progress_line,
-                                      remember, solution_digest)
+from graders.learner.progress import (first_unfinished, is_complete, known_progress, next_hint, points_text,
+                                      progress_line, remember, solution_digest)
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
 from graders.batch.summary import is_shipped_stub, stub_records, summarise
 
@@ -181,7 +181,7 @@ def result_lines(kata: str, result: dict, tree: Path, following: str | None) -> 
         return wrap(result["message"], "")
     if result.get("status") != "graded":
         return [f"Grading {result['status']}:", *wrap(result["message"])]
-    points = f"{result.get('points', 0.0) + 1e-6:.0f}/100 points"
+    points = f"{points_text(result.get('points', 0.0))}/100 points"
     if "checks" not in result:  # a stored grading of this same file: points only
         lines = wrap(f"{'✓ ' + kata + ' is complete' if is_complete(result) else kata + ': ' + points}, at the last "
                      "grading of this same solution.py (stored, not regraded; r regrades it to show each level).", "")
@@ -301,7 +301,7 @@ class Katas:
             return "not started"
         if result.get("status") != "graded":
             return f"grading {result['status']}"
-        return "✓ complete" if is_complete(result) else f"{result.get('points', 0.0) + 1e-6:.0f}/100 points"
+        return "✓ complete" if is_complete(result) else f"{points_text(result.get('points', 0.0))}/100 points"
 
 
 def list_screen(katas: Katas, current: str, progress: str) -> str:
