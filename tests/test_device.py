@@ -331,3 +331,18 @@ def test_a_zoo_model_that_cannot_run_on_a_gpu_is_graded_on_the_cpu_and_says_so(c
         assert result.figures["graded_on"] == f"cpu: {check.run.case.cpu_only}"
     on_cpu = GradingSession(REPO_ROOT / "reference", device="cpu", seed=1)
     assert all("graded_on" not in on_cpu.run(check).figures for check in checks)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the fork poisoning it guards against is CUDA's")
+def test_a_fleet_job_grades_on_cuda_in_processes_forked_warm():
+    """Organiser mode's own path on a GPU: the job's grading process is forked by the zygote, its worker by the
+    team's nursery, and neither parent may have asked the CUDA runtime anything first (fork_safe_cuda,
+    graders/frame/lifetimes.py). On an H200 on 2026-11-27, before it, every check of every kata failed
+    "Cannot re-initialize CUDA in forked subprocess": importing torch.utils.benchmark had asked."""
+    from graders.competition.jobs import grade_job, make_job
+    from graders.frame.levels import CheckResult
+
+    files = {"04_dce/solution.py": (REPO_ROOT / "reference" / "04_dce" / "solution.py").read_bytes()}
+    result = grade_job(make_job("ada", "04_dce", files, "correctness", 3, speed=False, device="cuda"))
+    records = [CheckResult.from_dict(r) for r in result.get("records", [])]
+    assert records and all(r.passed for r in records), result.get("failed") or [r.message for r in records if not r.passed]

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
-from graders.frame.lifetimes import cap_memory, die_with_parent, kill_group
+from graders.frame.lifetimes import cap_memory, die_with_parent, fork_safe_cuda, kill_group
 from graders.frame.machinelock import MachineLock, default_path
 
 # A zygote with no child that has been asked for nothing this long exits (FX_KATAS_ZYGOTE_IDLE to change it).
@@ -104,6 +104,7 @@ def serve() -> None:
     """The zygote's loop: fork a grading process per request line on stdin, report pids and exits on stdout."""
     import importlib
 
+    fork_safe_cuda()  # before anything asks torch about CUDA: its children may use it
     out = os.fdopen(os.dup(1), "w")  # the replies' pipe: whatever else prints goes to stderr
     os.dup2(2, 1)
     lock = MachineLock(default_path())

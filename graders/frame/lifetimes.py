@@ -27,6 +27,20 @@ def die_with_parent() -> None:
         pass
 
 
+def fork_safe_cuda() -> None:
+    """In a process that forks children which may use CUDA (the zygote, a nursery): never poison their fork.
+
+    Once a process has asked the CUDA runtime anything (torch.cuda.is_available() calls cudaGetDeviceCount,
+    which initialises the driver), torch refuses CUDA in every child it forks: "Cannot re-initialize CUDA in
+    forked subprocess". Importing torch.utils.benchmark asks it (torch.utils.cpp_extension looks for the CUDA
+    toolkit and, where it finds one, calls is_available()), so on a GPU machine with the toolkit installed
+    every check of a forked grading process failed so (organiser mode on an H200, 2026-11-27). Asked
+    through NVML instead (PyTorch's PYTORCH_NVML_BASED_CUDA_CHECK, meant for this), the driver stays
+    untouched and the children may use CUDA. Where NVML cannot answer (no driver), torch falls back to the
+    runtime: a machine without a GPU has no CUDA to lose."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL the process group `pid` leads, and `pid` itself in case it has not made its own group yet."""
     for kill in (os.killpg, os.kill):

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graders.frame.lifetimes import kill_group
+from graders.frame.lifetimes import fork_safe_cuda, kill_group
 from graders.isolation.sandbox import Limits, bwrap, limited, sandbox_arguments, starting_environment
 
 
@@ -68,6 +68,8 @@ def _child(connection: socket.socket, request: dict, limits: Limits, others: lis
 def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
     """The nursery's loop: fork a worker per connection, kill it when its judge lets go, reap it."""
     import gc
+
+    fork_safe_cuda()  # before anything asks torch about CUDA: its workers may use it
 
     from graders.frame.catalogue import KATAS
     from graders.isolation import serve
