@@ -267,10 +267,11 @@ def test_the_judge_refuses_names_that_would_inject_code(name, field, value):
         rebuild(crafted(lambda nodes: node(nodes, name).update({field: value})))
 
 
-@pytest.mark.parametrize("name", ["0_relu", "layer 1", "fusé", "7"])
+@pytest.mark.parametrize("name", ["0_relu", "layer 1", "fusé", "7", "fc1'", "layer\u00a01"])
 def test_a_submodule_name_that_add_module_takes_travels(name):
     """A pass may install a module under any name add_module takes (PyTorch's own passes do, and kata 01's
-    README allows a new name): torch.fx writes getattr(self, "0_relu") for one that is no identifier."""
+    README allows a new name): torch.fx writes getattr(self, "0_relu") for one that is no identifier, and a
+    single quote or a no-break space inside its double quotes is no harm."""
     root = nn.Module()
     root.add_module(name, nn.Linear(4, 4))
     graph = fx.Graph()
@@ -286,9 +287,44 @@ def test_a_name_fx_cannot_write_is_refused_with_the_rule():
     root.add_module("fc\\1", nn.Linear(4, 4))  # fx writes getattr(self, "fc\1"): chr(1) in the code it runs
     graph = fx.Graph()
     graph.output(graph.call_module("fc\\1", (graph.placeholder("x"),)))
-    with pytest.raises(RecordError, match=r"names 'fc\\\\1', which cannot be sent: a submodule's or attribute's name "
-                                          r"may be anything add_module takes .* but quotes, backslashes"):
+    with pytest.raises(RecordError, match=r"node 'fc_1' \(call_module\) names 'fc\\\\1', which cannot be sent: a "
+                                          r"submodule's or attribute's name may be anything add_module takes .* but a "
+                                          r"double quote, a backslash or a control"):
         record(fx.GraphModule(root, graph))
+
+
+@pytest.mark.parametrize("name", ["code", "graph", "recompile"])
+def test_a_plain_containers_child_may_take_a_name_that_graph_module_uses(name):
+    """add_module refuses `code` on a GraphModule (its generated source), not on a plain nn.Module: a pass may
+    install `block.code`, and the judge rebuilds the container around it."""
+    gm = fx.symbolic_trace(MLP())
+    gm.add_submodule("block", nn.Module())
+    gm.add_submodule(f"block.{name}", FusedLinearReLU(gm.fc1))  # traced into a record: the container is rebuilt
+    x = next(iter(gm.graph.nodes))
+    with gm.graph.inserting_after(x):
+        fused = gm.graph.call_module(f"block.{name}", (x,))
+    gm.graph.output(fused)  # the old output node stays, unused
+    gm.graph.erase_node(next(n for n in reversed(gm.graph.nodes) if n.op == "output" and n.args[0] is not fused))
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    round_trip(gm, torch.randn(2, 4))
+
+
+@pytest.mark.parametrize("in_container, name", [(True, "training"), (True, "forward"), (False, "meta"),
+                                                (False, "_code"), (False, "code")])
+def test_a_name_the_module_already_answers_to_is_refused(in_container, name):
+    """What add_module refuses ("attribute already exists") the judge refuses too: a record cannot replace a
+    GraphModule's meta or generated code, or a module's training flag or forward, with a module of its own."""
+    def edit(tree, blob):
+        if in_container:  # fc1 becomes a plain container holding fc2 under the taken name
+            tree["children"]["fc1"] = {"kind": "container", "class": "Module", "training": False, "tensors": {},
+                                       "children": {name: tree["children"]["fc2"]}}
+        else:
+            tree["children"][name] = tree["children"]["fc2"]
+    owner = "Module" if in_container else "GraphModule"
+    with pytest.raises(RecordError, match=rf"names an attribute '{name}', which a {owner} cannot hold: the module "
+                                          "already answers to that name"):
+        rebuild(crafted_tree(edit))
 
 
 def spoof_helper(tree, blob):
@@ -305,7 +341,7 @@ def spoof_helper(tree, blob):
     (lambda tree, blob: tree["children"].pop("fc1"), "the graph does not rebuild: AttributeError"),
     (lambda tree, blob: tree["children"].update(forward=tree["children"].pop("fc2")), "attribute 'forward'"),
     (lambda tree, blob: tree["children"].update({'fc2"': tree["children"].pop("fc2")}),
-     "names an attribute 'fc2\"', which a module cannot hold: a submodule's"),
+     "names an attribute 'fc2\"', which cannot be sent: a submodule's"),
     (lambda tree, blob: tree["graph"]["nodes"][2]["args"].__setitem__(0, {"node": "add"}),
      "node 'relu' .* refers to node 'add', which is not defined before it"),
     (lambda tree, blob: tree["graph"]["nodes"][2]["args"].append({"code": "os"}), "unknown kind 'code'"),

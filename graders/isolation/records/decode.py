@@ -19,15 +19,13 @@ from graders.isolation.records.rules import (
     CONTAINERS,
     FORMAT,
     LIBRARY_ROOTS,
-    NAME_RULE,
     PATH,
     QUALNAME_PART,
-    RESERVED,
     SAFE_MODULES,
     VALUES_FORMAT,
     RecordError,
     allowed_function,
-    attribute_name,
+    check_attribute,
     check_node,
     located,
     travels_whole,
@@ -115,13 +113,6 @@ def _rebuild_graph(record: dict, helpers: dict[str, Callable], tensors: list, wh
     return graph
 
 
-def _attribute_name(name, where: str) -> str:
-    if not (attribute_name(name) and name not in RESERVED):
-        raise RecordError(f"{where}the record names an attribute {name!r:.80}, which a module cannot hold: "
-                          f"{NAME_RULE}, and none of nn.Module's own")
-    return name
-
-
 def _install(module: nn.Module, name: str, kind: str, tensor, where: str) -> None:
     """Put `tensor` on `module` the way the original held it."""
     if name in module._parameters or name in module._buffers or name in vars(module):
@@ -136,18 +127,18 @@ def _install(module: nn.Module, name: str, kind: str, tensor, where: str) -> Non
         raise RecordError(f"{where}tensor {name!r}: {kind!r} does not fit a {type(tensor).__name__}")
 
 
-def _rebuild_tensors(record: dict, blob, where: str) -> list:
+def _rebuild_tensors(record: dict, blob, owner: type[nn.Module], where: str) -> list:
     out = []
     for name, entry in record["tensors"].items():
         tensor = None if entry["ref"] is None else blob["tensors"][entry["ref"]]
         if tensor is not None and not isinstance(tensor, torch.Tensor):
             raise RecordError(f"{where}tensor {name!r} is a {type(tensor).__name__}, not a tensor")
-        out.append((_attribute_name(name, where), entry["kind"], tensor))
+        out.append((check_attribute(name, owner, where), entry["kind"], tensor))
     return out
 
 
-def _rebuild_children(record: dict, blob, path: str) -> dict[str, nn.Module]:
-    return {_attribute_name(name, located(path)): _rebuild_module(child, blob, f"{path}.{name}" if path else name)
+def _rebuild_children(record: dict, blob, owner: type[nn.Module], path: str) -> dict[str, nn.Module]:
+    return {check_attribute(name, owner, located(path)): _rebuild_module(child, blob, f"{path}.{name}" if path else name)
             for name, child in record["children"].items()}
 
 
@@ -163,9 +154,9 @@ def _rebuild_module(record: dict, blob, path: str) -> nn.Module:
     if kind == "container" and record["class"] in CONTAINERS:
         module = CONTAINERS[record["class"]]()
         module.training = bool(record["training"])
-        for name, tensor_kind, tensor in _rebuild_tensors(record, blob, located(path)):
+        for name, tensor_kind, tensor in _rebuild_tensors(record, blob, type(module), located(path)):
             _install(module, name, tensor_kind, tensor, located(path))
-        for name, child in _rebuild_children(record, blob, path).items():
+        for name, child in _rebuild_children(record, blob, type(module), path).items():
             module.add_module(name, child)
         return module
     raise RecordError(f"module {path} has an unknown kind {kind!r} or class {record.get('class')!r}")
@@ -194,8 +185,8 @@ def _helper(name: str, record: dict, blob, path: str) -> Callable:
 def _rebuild_graph_module(record: dict, blob, path: str, where: str | None = None) -> fx.GraphModule:
     where = located(path) if where is None else where
     helpers = {name: _helper(name, entry, blob, path) for name, entry in record["helpers"].items()}
-    children = _rebuild_children(record, blob, path)
-    tensors = _rebuild_tensors(record, blob, where)
+    children = _rebuild_children(record, blob, fx.GraphModule, path)
+    tensors = _rebuild_tensors(record, blob, fx.GraphModule, where)
     root = nn.Module()
     for name, child in children.items():
         root.add_module(name, child)
@@ -224,6 +215,8 @@ def _rebuild_graph_module(record: dict, blob, path: str, where: str | None = Non
 class RecordedStructure(nn.Module):
     """A module the judge holds as state only (class name, configuration, tensors, children)."""
 
+    recorded_extra_repr = ""  # a class attribute too: taken_names sees it, so no recorded tensor replaces it
+
     def __init__(self, extra: str):
         super().__init__()
         self.recorded_extra_repr = extra
@@ -243,10 +236,10 @@ def _rebuild_structure(record: dict, blob, path: str) -> nn.Module:
     name = record["class"] if isinstance(record["class"], str) and record["class"].isidentifier() else "Module"
     module = type(name, (RecordedStructure,), {})(str(record["extra"]))
     module.training = bool(record["training"])
-    for tensor_name, kind, tensor in _rebuild_tensors(record, blob, located(path)):
+    for tensor_name, kind, tensor in _rebuild_tensors(record, blob, RecordedStructure, located(path)):
         _install(module, tensor_name, kind, tensor, located(path))
     for child_name, child in record["children"].items():
-        module.add_module(_attribute_name(child_name, located(path)),
+        module.add_module(check_attribute(child_name, RecordedStructure, located(path)),
                           _rebuild_structure(child, blob, f"{path}.{child_name}" if path else child_name))
     return module
 

@@ -25,6 +25,7 @@ from graders.isolation.records.rules import (
     LIBRARY_ROOTS,
     VALUES_FORMAT,
     RecordError,
+    check_attribute,
     check_graph,
     located,
     target_name,
@@ -138,8 +139,9 @@ def _trace(root, what: str, hint: str) -> fx.GraphModule:
     return traced
 
 
-def _tensors(module: nn.Module, payload: Payload) -> dict:
-    """A module's own tensors with how it holds them: parameter, (non-persistent) buffer, attribute."""
+def _tensors(module: nn.Module, payload: Payload, owner: type[nn.Module], path: str) -> dict:
+    """A module's own tensors with how it holds them: parameter, (non-persistent) buffer, attribute. Their names
+    pass the judge's rule here already (`owner`: the class the judge rebuilds the module as)."""
     out = {}
     for name, tensor in module._parameters.items():
         out[name] = {"kind": "parameter", "ref": None if tensor is None else payload.add("tensors", tensor)}
@@ -150,6 +152,8 @@ def _tensors(module: nn.Module, payload: Payload) -> dict:
     for name, value in vars(module).items():
         if isinstance(value, torch.Tensor):
             out[name] = {"kind": "attribute", "ref": payload.add("tensors", value)}
+    for name in out:
+        check_attribute(name, owner, located(path))
     return out
 
 
@@ -160,14 +164,16 @@ def _describe_module(module: nn.Module, path: str, payload: Payload, tracing: tu
         return {"kind": "graph", **_describe_graph_module(module, path, payload, tracing)}
     if type(module) in CONTAINERS.values():
         return {"kind": "container", "class": type(module).__name__, "training": module.training,
-                "tensors": _tensors(module, payload), "children": _children(module, path, payload, tracing)}
+                "tensors": _tensors(module, payload, type(module), path),
+                "children": _children(module, path, payload, tracing, type(module))}
     traced = _trace(module, f"The module {path} ({type(module).__qualname__})",
                     "a fused module must be traceable")
     return {"kind": "graph", **_describe_graph_module(traced, path, payload, tracing)}
 
 
-def _children(module: nn.Module, path: str, payload: Payload, tracing: tuple) -> dict:
-    return {name: _describe_module(child, f"{path}.{name}" if path else name, payload, tracing)
+def _children(module: nn.Module, path: str, payload: Payload, tracing: tuple, owner: type[nn.Module]) -> dict:
+    return {check_attribute(name, owner, located(path)): _describe_module(child, f"{path}.{name}" if path else name,
+                                                                          payload, tracing)
             for name, child in module._modules.items() if child is not None}
 
 
@@ -197,15 +203,17 @@ def _describe_graph_module(gm: fx.GraphModule, path: str, payload: Payload, trac
         traced = _trace(function, f"{located(path)}node {node.name!r} calls {name}, a helper function that",
                         "inline it into the graph, or make it traceable")
         helpers[name] = (function, traced)
+    graph = graph_record(gm, payload)
+    check_graph(graph, set(helpers), located(path))  # the judge's own checks, early: a node's sentence first
     record = {
-        "graph": graph_record(gm, payload), "class": type(gm).__name__, "training": gm.training,
+        "graph": graph, "class": type(gm).__name__, "training": gm.training,
         "stale": gm.code != gm.graph.python_code(root_module="self").src,  # graph edited, no recompile()
-        "tensors": _tensors(gm, payload), "children": _children(gm, path, payload, tracing),
+        "tensors": _tensors(gm, payload, fx.GraphModule, path),
+        "children": _children(gm, path, payload, tracing, fx.GraphModule),
         "helpers": {name: {"module": function.__module__, "qualname": function.__qualname__,
                            **_describe_graph_module(traced, path, payload, (*tracing, function))}
                     for name, (function, traced) in helpers.items()},
     }
-    check_graph(record["graph"], set(record["helpers"]), located(path))  # the judge's own checks, early
     return record
 
 
@@ -284,9 +292,9 @@ def _structure(module: nn.Module, payload: Payload) -> dict:
     except Exception as exc:  # noqa: BLE001 - the module's own code
         extra = f"<extra_repr raised {type(exc).__name__}>"
     return {"kind": "structure", "class": type(module).__name__, "training": module.training, "extra": extra,
-            "tensors": _tensors(module, payload),
-            "children": {name: _structure(child, payload) for name, child in module._modules.items()
-                         if child is not None}}
+            "tensors": _tensors(module, payload, nn.Module, ""),
+            "children": {check_attribute(name, nn.Module, ""): _structure(child, payload)
+                         for name, child in module._modules.items() if child is not None}}
 
 
 def record_values(values: dict[str, Any], structure: tuple[str, ...] = ()) -> bytes:

@@ -13,6 +13,7 @@ import operator
 import re
 import sys
 import types
+import unicodedata
 import warnings
 from typing import Any, Callable
 
@@ -70,18 +71,51 @@ OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module",
 PATH = re.compile(r"[A-Za-z_]\w*|\d+")                            # one step of a dotted Python module path
 PLACEHOLDER = re.compile(r"\*{0,2}[A-Za-z_]\w*")                  # `x`, `*args`, `**kwargs`
 QUALNAME_PART = re.compile(r"[A-Za-z_]\w*|<locals>|<lambda>")
-# Attribute names a record may not install: nn.Module's and GraphModule's own machinery.
-RESERVED = frozenset(dir(fx.GraphModule)) | frozenset(vars(nn.Module()))
-NAME_RULE = ("a submodule's or attribute's name may be anything add_module takes (not empty, no '.') but quotes, "
-             "backslashes and unprintable characters: torch.fx writes a name that is no identifier into the code it "
-             "generates, as getattr(self, \"NAME\")")
+NAME_RULE = ("a submodule's or attribute's name may be anything add_module takes (a string, not empty, no '.', "
+             "none of the names the module already answers to) but a double quote, a backslash or a control, "
+             "format or line-separator character (Unicode categories Cc, Cf, Cs, Zl, Zp: a newline, an escape, a "
+             "bidirectional override): torch.fx writes a name that is no identifier into the code it generates as "
+             "getattr(self, \"NAME\"), unescaped, and the judge shows that code")
+# Where fx's getattr(self, "NAME") would not name NAME ('"' ends the string, '\\' starts an escape, a newline or
+# NUL ends the line or the source, a surrogate cannot be encoded), or would garble the terminal or page that shows
+# the code (control characters, invisible and bidirectional formatting marks, line and paragraph separators).
+UNWRITABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
-def attribute_name(step: str) -> bool:
+def attribute_name(step) -> bool:
     """Whether `step` may name a submodule, parameter or buffer (one step of a call_module or get_attr target):
-    every name nn.Module.add_module takes, as PyTorch's passes may install (`0_relu`, `layer 1`), less those
-    that would break the code torch.fx generates (it writes getattr(self, "NAME") unescaped)."""
-    return isinstance(step, str) and bool(step) and step.isprintable() and not any(c in step for c in ".\"'\\")
+    every name nn.Module.add_module takes, as PyTorch's passes may install (`0_relu`, `layer 1`, `fc1'`), less
+    those that would break the code torch.fx generates (it writes getattr(self, "NAME") unescaped) or the
+    messages that show it (NAME_RULE). Which names a module of a given class already answers to, and so
+    cannot hold (add_module refuses them too), is `taken_names`."""
+    return (isinstance(step, str) and bool(step) and "." not in step and '"' not in step and "\\" not in step
+            and not any(unicodedata.category(c) in UNWRITABLE_CATEGORIES for c in step))
+
+
+@functools.cache
+def taken_names(cls: type[nn.Module]) -> frozenset[str]:
+    """The names a fresh module of class `cls` already answers to: its methods and properties, nn.Module's own
+    state (`training`, `_modules`, ...) and, for a GraphModule, fx's (`graph`, `code`, `meta`, `_graph`, ...).
+    add_module, register_buffer and register_parameter refuse these ("attribute already exists"); so does
+    the judge, so that a record cannot replace what a module needs to run. A plain container's child may be
+    named `code` or `graph`, as in PyTorch; a GraphModule's may not."""
+    if issubclass(cls, fx.GraphModule):
+        instance = fx.GraphModule(nn.Module(), fx.Graph(), cls.__name__)
+    else:
+        instance = cls.__new__(cls)
+        nn.Module.__init__(instance)  # the state every module has; a class's own __init__ may need arguments
+    return frozenset(dir(instance)) | frozenset(dir(cls))
+
+
+def check_attribute(name, owner: type[nn.Module], where: str) -> str:
+    """`name`, where a module of class `owner` may hold a submodule or tensor under it: the judge's rule for the
+    names in a record's module tree (a module traced into a record is rebuilt as a GraphModule)."""
+    if not attribute_name(name):
+        raise RecordError(f"{where}the record names an attribute {name!r:.80}, which cannot be sent: {NAME_RULE}")
+    if name in taken_names(owner):
+        raise RecordError(f"{where}the record names an attribute {name!r:.80}, which a {owner.__name__} cannot "
+                          "hold: the module already answers to that name (add_module refuses it too)")
+    return name
 
 
 # ---------------------------------------------------------------------------------------------------
