@@ -1,12 +1,14 @@
 """Kata 10 beyond its plain mutants (tests/test_mutants.py): each wrong verifier fails the very check built
 for its blind spot, the kata's nearest thing to a no-op fails only the speed checks it should, and the
 hidden battery's claimed truth holds for the reference on more seeds."""
+import random
 import time
 
 import pytest
 import torch
 
 from graders.run.session import GradingSession, grade
+from graders.katas.kata_10_verify_harness.models import hidden_cases
 from graders.katas.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_ALWAYS_ONE
 from graders.frame.catalogue import REPO_ROOT, load_grader
 from graders.dev.mutation import write_mutant_tree
@@ -42,6 +44,23 @@ def test_hidden_battery_truth_holds_for_the_reference_verifier(seed):
     """The L4 generator's claimed truth, checked by the reference verifier on more seeds."""
     results = grade(KATA, REPO_ROOT / "reference", seed=seed, levels=(4,))
     assert all(r.passed for r in results), [f"{r.test_id}: {r.message}" for r in results if not r.passed]
+
+
+def test_hidden_battery_grades_effects():
+    """L4 grades `effects` in every hidden case, and draws passes that drop the model's effect (every other check
+    true): torch.fx's eliminate_dead_code on a buffer update, a pass deleting a dead random draw. Generated only,
+    not graded: cheap."""
+    droppers, effects = set(), set()
+    for seed in range(30):
+        for name, case in hidden_cases(random.Random(seed)).items():
+            assert "effects" in case.expect, name
+            if "effect " in case.extra["why"]:
+                effects.add(case.extra["why"].rsplit(" ", 1)[-1])
+            if case.expect["effects"] is False and case.expect["numerical"] is True:
+                droppers.add(name)
+                assert all(case.expect[key] for key in case.expect if key != "effects"), (name, case.expect)
+    assert droppers == {"eliminate_dead_code", "drops_dead_random_draws"}
+    assert effects == {"running", "dead_random", "clamps_input"}
 
 
 class LooksLikeCuda(torch.Tensor):

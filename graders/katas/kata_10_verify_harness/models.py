@@ -122,6 +122,18 @@ flatten_as_view = flatten_rewritten_as(lambda g, x: g.call_method("view", (x, g.
 reshape_to_batch_1 = flatten_rewritten_as(lambda g, x: g.call_method("reshape", (x, 1, -1)))
 
 
+def _storage_as_rows(g: fx.Graph, x: fx.Node) -> fx.Node:
+    """x.as_strided((b, n), (n, 1)), b = x.size(0), n = x.numel() // b: x's storage read as rows, in memory order."""
+    rows = g.call_method("size", (x, 0))
+    features = g.call_function(operator.floordiv, (g.call_method("numel", (x,)), rows))
+    return g.call_method("as_strided", (x, (rows, features), (features, 1)))
+
+
+# flatten(x, 1) lowered to a reinterpretation of x's storage, as a lowering that assumes contiguous inputs does:
+# no copy, no error, the same shape; right on every contiguous tensor, other values on a transposed one.
+flatten_as_strided = flatten_rewritten_as(_storage_as_rows)
+
+
 def drops_input_abs_or_relu(gm):
     return replaced(gm, calls(gm, torch.abs, torch.relu)[0], lambda graph, node: node.args[0])
 
@@ -251,14 +263,18 @@ def mutates_shared_weights(gm, index=0):
 
 
 def mlp(dead_branch=False, second_output=False, zero_term=False, activation=torch.relu, running=False,
-        accumulates=False, dead_random=False) -> nn.Module:
+        accumulates=False, dead_random=False, clamps_input=False) -> nn.Module:
     """Every op is a handle some pass grabs: the flatten (batch-size and layout traps), the abs on the
     input (negative-input trap), the Linears (weights to detach, pad or edit in place), the activations;
     with `zero_term`, a term `0.0 * probe(a)` added to the output (exactly zero, and so are probe's gradients).
     Effects no output shows: with `running`, a buffer `running` updated in place (an average of the features);
     with `accumulates`, a second input `acc` the features are added to in place; with `dead_random`, a
-    torch.rand_like whose result is unused (it still advances the RNG)."""
+    torch.rand_like whose result is unused (it still advances the RNG); with `clamps_input`, the input clipped in
+    place to [-1, 1] before anything reads it (x.clamp_(-1, 1): the caller's tensor changes, and a second call on it
+    computes what the first did, since clipping twice is clipping once)."""
     def forward(m, x, acc=None):
+        if clamps_input:
+            x = x.clamp_(-1.0, 1.0)
         h = torch.flatten(x, 1)
         a = torch.abs(h)
         if running:  # every operand a traced value: a write to the buffer alone would run once, at trace time
@@ -310,6 +326,7 @@ MODELS = {  # the names kata.toml's [cases] use: a builder and the shape of each
     "mlp_accumulates": (functools.partial(mlp, accumulates=True), (4, 5), (20,)),  # and acc, (batch, 20)
     "mlp_dead_random": (functools.partial(mlp, dead_random=True), (4, 5)),
     "mlp_effects": (functools.partial(mlp, running=True, dead_random=True), (4, 5)),
+    "mlp_clamps_input": (functools.partial(mlp, clamps_input=True), (4, 5)),
     "conv_bn": (conv_bn, (3, 6, 6)), "conv_bn_no_bias": (functools.partial(conv_bn, bias=False), (3, 6, 6))}
 EXAMPLES = {"randn": torch.randn, "rand": torch.rand,  # rand: an image batch in [0, 1)
             "transposed": lambda shape: torch.randn(shape[0], *shape[:0:-1]).transpose(1, -1)}  # non-contiguous
@@ -338,11 +355,16 @@ BENCHMARK = Case(dead_head, lambda batch: (torch.randn(batch, 256),), mode="eval
 
 
 # Hidden cases (L4): a random model (depth, widths, activations, names, nesting, one or two inputs and
-# outputs, a dead branch or not), a random example batch size, and random passes from kata.toml's [hidden].
+# outputs, a dead branch or not, an effect or not), a random example batch size, and random passes from
+# kata.toml's [hidden].
 
-def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -> nn.Module:
+def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None, effect: str | None = None) -> nn.Module:
     """Flatten, abs or relu, 2 to 4 Linears at random nested paths each with a random activation (a residual where
-    widths agree), a dead Linear or not; with `side_features` a second input and output (draw and compare all)."""
+    widths agree), a dead Linear or not; with `side_features` a second input and output (draw and compare all).
+    `effect` (kata.toml's [hidden] effects), what a call does that no output shows, computed from the input x alone
+    (so that no battery pass but the one that drops it changes it): "running", a buffer under a random name updated
+    in place (its add_'s result unused: torch.fx's eliminate_dead_code deletes it); "dead_random", an unused
+    torch.rand_like; "clamps_input", x clipped in place before anything reads it (x = x.clamp_(-1, 1): read, kept)."""
     rng = random.Random(seed)
     manual_seed(seed)
     input_op, width, layers, parts = rng.choice([torch.abs, torch.relu]), shape[0] * shape[1], [], {}
@@ -356,8 +378,16 @@ def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -
     parts |= {dead: nn.Linear(width, 4)} if dead else {}
     side = random_identifier(rng) + "_side"
     parts |= {side: nn.Linear(side_features, width)} if side_features else {}
+    running = random_identifier(rng) + "_running"
+    parts |= {running: torch.zeros(shape)} if effect == "running" else {}  # a plain tensor: a buffer
 
     def forward(m, x, side_input=None):
+        if effect == "clamps_input":
+            x = x.clamp_(-1.0, 1.0)
+        elif effect == "running":  # every operand a traced value, as in mlp(running=True)
+            getattr(m, running).add_(x.detach().mean(0) - getattr(m, running), alpha=0.1)
+        elif effect == "dead_random":
+            torch.rand_like(x)  # never used
         h = input_op(torch.flatten(x, 1))
         for path, activation, residual in layers:
             y = activation(m.get_submodule(path)(h))
@@ -372,13 +402,23 @@ def hidden_model(seed: int, shape: tuple[int, int], side_features: int | None) -
 
 def hidden_cases(rng: random.Random) -> dict[str, Case]:
     """One correct and one wrong pass, each at a random site, on one random model, float32 or (one in three)
-    float64: fresh inputs must be drawn in the example's dtype."""
+    float64: fresh inputs must be drawn in the example's dtype. The model has an effect or not (kata.toml's [hidden]
+    effects); where a pass of the battery drops it ([hidden.drops_effect]), that pass is never the correct one, and
+    it is the wrong one half the time: right outputs, gradients, graph and parameters, `effects` False."""
     shape = (rng.randint(2, 4), rng.randint(2, 5))  # both > 1: squeeze() must drop only the batch
     side_features, batch = rng.choice([None, None, 3, 6]), rng.randint(2, 5)
-    build = functools.partial(hidden_model, rng.randrange(2**31), shape, side_features)
+    effect = rng.choice(HIDDEN["effects"])
+    effect = None if effect == "none" else effect
+    dropper = HIDDEN["drops_effect"].get(effect)
+    build = functools.partial(hidden_model, rng.randrange(2**31), shape, side_features, effect)
     traced = fx.symbolic_trace(build())
     sites = {"activation": len(calls(traced, *ACTIVATIONS)), "linear": len(linear_nodes(traced))}
-    correct, wrong = rng.choice(HIDDEN["correct"]), rng.choice(list(HIDDEN["wrong"]))
+    correct = rng.choice([name for name in HIDDEN["correct"] if name != dropper])
+    # Where gradient is not graded, a wrong pass that only gradient shows would be graded as a correct one.
+    wrongs = [name for name, spec in HIDDEN["wrong"].items()
+              if effect != "clamps_input" or not all(v for k, v in spec["truth"].items() if k != "gradient")]
+    wrong = dropper if dropper and rng.random() < 0.5 else rng.choice(wrongs)
+    wrong_spec = HIDDEN["wrong"].get(wrong) or {"truth": {**dict.fromkeys(CHECK_KEYS, True), "effects": False}}
     dtype = rng.choice([torch.float32, torch.float32, torch.float64])
     build = in_dtype(build, dtype)
 
@@ -387,11 +427,15 @@ def hidden_cases(rng: random.Random) -> dict[str, Case]:
                      for features in (shape, (side_features,) if side_features else None) if features)
 
     cases = {}
-    for name, spec in ((correct, {"truth": dict.fromkeys(CHECK_KEYS, True)}), (wrong, HIDDEN["wrong"][wrong])):
-        pass_fn = globals()[name]
+    for name, spec in ((correct, {"truth": dict.fromkeys(CHECK_KEYS, True)}), (wrong, wrong_spec)):
+        pass_fn, truth = globals()[name], spec["truth"]
+        if effect == "clamps_input":  # a model that writes its input cannot be handed a leaf that requires grad
+            truth = {key: value for key, value in truth.items() if key != "gradient"}
         if "site" in spec:
             index = rng.randrange(sites[spec["site"]])
             pass_fn, name = functools.partial(pass_fn, index=index), f"{name}[{index}]"
-        cases[name] = Case(build, inputs, spec["truth"], HIDDEN["hint"], batch_sizes=(batch,),
-                           extra={"pass": pass_fn, "why": f"that is the truth about the hidden pass {name}"})
+        on = f" on a model with the effect {effect}" if effect else ""
+        hint = HIDDEN["effects_hint"] if spec is wrong_spec and wrong == dropper else HIDDEN["hint"]
+        cases[name] = Case(build, inputs, truth, hint, batch_sizes=(batch,),
+                           extra={"pass": pass_fn, "why": f"that is the truth about the hidden pass {name}{on}"})
     return cases

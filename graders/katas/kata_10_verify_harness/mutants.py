@@ -26,6 +26,23 @@ BACK_TO_BACK_NEW = """            bases = [chunk(baseline) for _ in range(TIMING
             ratios = [base / cand for base, cand in zip(bases, cands)]
 """
 SAMPLES = "    samples = [example_inputs, *draw_samples(example_inputs, n_samples)]\n"
+COMPARE_OUTPUTS = """            want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))
+            # assert_close also compares shapes; torch.allclose would broadcast (16,) against (1, 16).
+            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    return True
+"""
+# A tally of failing samples per batch size, to say which sizes fail, where each sample sets its size's count
+# instead of adding to it (= for +=): the last sample at a size decides it, and the example, the first sample at
+# its batch size, is outvoted by the fresh draws at that size that follow it.
+TALLY_PER_BATCH_SIZE = """            want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))
+            try:
+                torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+                failed = 0
+            except AssertionError:
+                failed = 1
+            failures[len(inputs[0])] = failed  # failing samples at this batch size
+    return not any(failures.values())
+"""
 SPEEDUP_ALWAYS_ONE = Mutant("speedup_always_one",
                             'report["speedup"] = time_ratio(baseline, transformed, example_inputs)',
                             'report["speedup"] = 1.0', caught_at=2)
@@ -42,6 +59,10 @@ MUTANTS = [
            "            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef gradients(",
            "            if not all(torch.allclose(g, w, atol=atol, rtol=rtol) for g, w in zip(got, want)):\n"
            "                return False\n    return True\n\n\ndef gradients(", caught_at=2),
+    Mutant("tallies_failures_per_batch_size",
+           "    with torch.no_grad():\n        for inputs in samples:\n" + COMPARE_OUTPUTS,
+           "    failures = {}\n    with torch.no_grad():\n        for inputs in samples:\n" + TALLY_PER_BATCH_SIZE,
+           caught_at=2),
     Mutant("compares_only_the_first_output",
            "want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))",
            "want, got = as_tuple(original(*inputs))[:1], as_tuple(transformed(*inputs))[:1]", caught_at=2),
@@ -100,6 +121,11 @@ MUTANTS = [
     Mutant("effects_ignores_the_rng",
            "            if not all(torch.equal(g, w) for g, w in zip(got_rng, want_rng)):\n                return False\n",
            "", caught_at=2),
+    # Holds the model to "inputs stay as they were": a model that writes its input is taken for a wrong pass.
+    Mutant("effects_forbids_writing_inputs",
+           "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n",
+           "            torch.testing.assert_close((got_inputs, want_inputs), (inputs, inputs), atol=atol, rtol=rtol)\n",
+           caught_at=2),
     Mutant("effects_ignores_inputs",
            "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n", "", caught_at=2),
     # The second model runs from the RNG state the first left: a model that draws looks like one that changed.
@@ -146,4 +172,6 @@ CAUGHT_BY = {
     "effects_ignores_the_rng": "drops_a_dead_random_draw",
     "effects_ignores_inputs": "dce_drops_a_write_to_an_input",
     "effects_without_resetting_the_rng": "pure_rewrite_keeps_every_effect",
+    "tallies_failures_per_batch_size": "wrong_values_only_on_the_example_layout",
+    "effects_forbids_writing_inputs": "correct_pass_on_a_model_that_writes_its_input",
 }
