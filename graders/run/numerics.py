@@ -80,8 +80,9 @@ def _shapes(inputs: tuple) -> str:
 def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: list[tuple], *,
                         what: str = "the rewritten module", rtol: float = RTOL, atol: float = ATOL,
                         hint: str = "", graphs: tuple | None = None, seed: int | None = None) -> None:
-    """Outputs must match in structure, shape, dtype, device and value on every input set, and what a call
-    returned must stay as it was through the calls after it, as the original's does.
+    """Outputs must match in structure, shape, dtype, device and value on every input set; what a call
+    returned must stay as it was through the calls after it, as the original's does; and no output may share
+    storage with the module's parameters, buffers or tensor attributes where the original's does not.
 
     `graphs`, a (before, after) pair of GraphModules, are shown after the sentence when outputs differ.
     `seed`: both sides run from this generator state (models that draw random numbers).
@@ -102,6 +103,7 @@ def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: li
             ) from None
         _assert_earlier_outputs_kept(earlier, what, hint, graphs)
         earlier.append((inputs, _kept(want), _kept(got)))
+    _assert_no_state_shared(expected, candidate, earlier, what, hint, graphs)
 
 
 def _kept(outputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -122,6 +124,57 @@ def _assert_earlier_outputs_kept(earlier: list, what: str, hint: str, graphs: tu
                     "tensor), so the result a caller holds changes under it; the original's stays as returned. "
                     "Return a fresh tensor (one the call allocates, or a view of its inputs)."
                     + (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else ""))
+
+
+def _storage(t: torch.Tensor) -> tuple | None:
+    """Where `t`'s values live, (device, address of its storage), shared by every view of that storage; None for a
+    tensor without memory of its own (no elements, meta, sparse)."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    return (t.device, storage.data_ptr()) if storage.nbytes() and storage.data_ptr() else None
+
+
+def _state_storages(module) -> dict[tuple, str]:
+    """The storages of `module`'s parameters, buffers and plain tensor attributes (a constant a graph reads with
+    get_attr), each with how a sentence names it; empty for a callable that is no module."""
+    if not isinstance(module, torch.nn.Module):
+        return {}
+    found: dict[tuple, str] = {}
+    for path, sub in module.named_modules(remove_duplicate=False):
+        held = [*(("parameter", name, t) for name, t in sub._parameters.items()),
+                *(("buffer", name, t) for name, t in sub._buffers.items()),
+                *(("tensor attribute", name, t) for name, t in vars(sub).items() if isinstance(t, torch.Tensor))]
+        for kind, name, tensor in held:
+            if isinstance(tensor, torch.Tensor) and (key := _storage(tensor)):
+                found.setdefault(key, f"{kind} `{f'{path}.' if path else ''}{name}`")
+    return found
+
+
+def _assert_no_state_shared(expected: Callable, candidate: Callable, earlier: list, what: str, hint: str,
+                            graphs: tuple | None) -> None:
+    """An output in the storage of the module's own state (a stored constant returned as it is, a buffer it computes
+    into) hands the caller the module's memory: a caller that writes into its result (`out += 1`, an optimiser step)
+    changes the module, and every later call returns the changed value. Allowed only where the original's output
+    shares its module's state too (`return self.weight`). Checked once every call has run: a module that writes the
+    storage again at each call has been told by the look back, with its own sentence."""
+    state = _state_storages(candidate)
+    if not state:
+        return
+    original_state = _state_storages(expected)
+    for inputs, want, got in earlier:
+        for index, ((tensor, _), (original, _)) in enumerate(zip(got, want)):
+            owner = state.get(_storage(tensor))
+            if owner is None or _storage(original) in original_state:
+                continue
+            raise CheckFailed(
+                f"{what} returned on inputs of shape {_shapes(inputs)} an output (tensor {index}) that shares storage "
+                f"with its own {owner}; the original's output {index} is a tensor of its own, sharing no storage with "
+                "the original's parameters, buffers or tensor attributes. A caller that writes into that result "
+                "(out += 1, out.clamp_(...)) would change the module, and every later call would return the changed "
+                "values. Return a fresh tensor: a copy (.clone()) of a stored value that the output returns as it is."
+                + (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else ""))
 
 
 def describe_difference(got, want) -> str | None:
@@ -155,7 +208,10 @@ def describe_difference(got, want) -> str | None:
 def assert_bit_identical(expected: Callable, candidate: Callable, inputs_list: list[tuple], *, what: str,
                          hint: str = "", graphs: tuple | None = None) -> None:
     """Every output bit for bit, call after call, the generator reseeded before each call (so a frozen
-    random draw or a frozen buffer shows on the second call), each side on private copies of the inputs."""
+    random draw or a frozen buffer shows on the second call), each side on private copies of the inputs; what a
+    call returned stays as returned, and shares no storage with the module's state unless the original's does
+    (as in assert_same_outputs)."""
+    earlier: list[tuple[tuple, list, list]] = []
     for call, inputs in enumerate(inputs_list, 1):
         want = run_module(expected, cloned(inputs), "the original model", seed=call)
         got = run_module(candidate, cloned(inputs), what, seed=call)
@@ -168,3 +224,6 @@ def assert_bit_identical(expected: Callable, candidate: Callable, inputs_list: l
                 f"{what} is not bit-identical to the original on call {call} of {len(inputs_list)} (inputs of "
                 f"shape {_shapes(inputs)}): {problem}." + (f" Hint: {hint}" if hint else "")
                 + (before_after(*graphs) if graphs else ""))
+        _assert_earlier_outputs_kept(earlier, what, hint, graphs)
+        earlier.append((inputs, _kept(want), _kept(got)))
+    _assert_no_state_shared(expected, candidate, earlier, what, hint, graphs)

@@ -36,7 +36,8 @@ def fold_constants(gm: fx.GraphModule) -> int:
     default value) and call_module nodes are never constant. Outputs must stay bit-identical to the
     original's.
 
-    Returns the number of call_function and call_method nodes removed from the graph.
+    Returns the number of call_function and call_method nodes removed from the graph (the copies of
+    stored values that the output returns are not subtracted).
     """
     # TODO(human): find what the forward writes in place: the first argument of a call whose name
     #   ends in "_" (add_, mul_, torch.relu_), of operator.setitem, or of a call with inplace=True,
@@ -49,7 +50,9 @@ def fold_constants(gm: fx.GraphModule) -> int:
     # TODO(human): walk backwards to find which constants a node that stays still reads. Store each
     #   such tensor once, detached, under a name no attribute of gm has yet
     #   (gm.register_buffer(fresh_name, value.detach(), persistent=False)), and point the users at
-    #   one new get_attr node; a non-tensor constant (a shape, a device) stays in the graph.
+    #   one new get_attr node; a non-tensor constant (a shape, a device) stays in the graph. Where
+    #   the output returns a stored value as it is, it returns a copy made at every call instead
+    #   (graph.call_method("clone", (stored,))): the original returns a fresh tensor each call.
     # TODO(human): erase the constant nodes nobody reads any more, count the call nodes you erase,
     #   then check the graph (gm.graph.lint()) and regenerate forward().
     raise NotImplementedError("TODO(human): fold_constants")

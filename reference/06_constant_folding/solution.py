@@ -132,9 +132,10 @@ def _fresh_name(gm: fx.GraphModule, taken: set[str]) -> str:
 
 
 def fold_constants(gm: fx.GraphModule) -> int:
-    """Replace every constant subgraph of `gm` by one get_attr of its precomputed value.
+    """Replace every constant subgraph of `gm` by one get_attr of its precomputed value (and, where the output
+    returns it as it is, a copy of it made at every call).
 
-    Returns the number of call_function and call_method nodes removed from the graph.
+    Returns the number of call_function and call_method nodes folded away (the copies are not subtracted).
     """
     graph = gm.graph
     values = _constant_values(gm)
@@ -162,7 +163,14 @@ def fold_constants(gm: fx.GraphModule) -> int:
         # Not persistent: the folded value is derived from the state_dict, not part of it.
         gm.register_buffer(name, values[node], persistent=False)
         with graph.inserting_before(node):
-            node.replace_all_uses_with(graph.get_attr(name))
+            stored = graph.get_attr(name)
+            node.replace_all_uses_with(stored)
+        # The output returns a copy made at every call, as the original returns a fresh tensor: the stored value
+        # itself would hand every caller the module's memory, and a caller writing into its result would change
+        # what every later call returns. One copy, shared by the output wherever it returns the value.
+        for output in [user for user in stored.users if user.op == "output"]:
+            with graph.inserting_before(output):
+                output.replace_input_with(stored, graph.call_method("clone", (stored,)))
 
     folded = 0
     for node in reversed(graph.nodes):

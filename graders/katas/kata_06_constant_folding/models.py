@@ -172,7 +172,7 @@ EXACT_CASES: dict[str, Case] = {
         "constant. A call_module node of a module built with inplace=True writes its input as add_ does."),
     "multiple_outputs": case(lambda: Program(multiple_outputs, qk=param(12, 6), w=param(6, 6)), (6,), 8,
         "chunk and torch.max return tuples: fold them with their getitem nodes and store each tensor that a runtime "
-        "node or the output reads."),
+        "node or the output reads (the output returns a copy of a stored value: .clone())."),
     "nested_attribute_names": case(
         lambda: Program(nested_blocks, encoder=Program(None, blocks=nn.ModuleList(
             Program(None, weight=param(6, 6), gain=torch.rand(6) + 0.5) for _ in range(2)))), (6,), 4,
@@ -183,7 +183,9 @@ EXACT_CASES: dict[str, Case] = {
         "torch.arange(self.w.shape[0]) is a tensor and folds whole."),
     "constant_model_outputs": case(
         lambda: Program(lambda m, x: (x * 2, m.w.t() + 1, m.w.sum()), w=param(6, 6)), (6,), 3,
-        "a constant the graph returns directly is stored like any other."),
+        "a constant the graph returns directly is stored like any other, and the output returns a copy of it made at "
+        "every call (stored.clone(); the count does not subtract it): the original returns a fresh tensor, and the "
+        "stored value itself would let a caller's in-place write change the module."),
     # Calls 1-2 use the default, calls 3-4 pass scale=0.5: the default is not a constant.
     "argument_with_default": case(lambda: DefaultArgument(None, w=param(6, 6)), None, 1,
         "`scale=2.0` is an argument with a default, not a constant: the caller may pass another value. A placeholder "
@@ -207,7 +209,7 @@ EXACT_CASES: dict[str, Case] = {
         "statistics on every call, and a Dropout draws a fresh mask."),
     "folded_value_read_twice": case(lambda: Program(shared_folded_value, w=param(6, 6)), (6,), 2,
         "self.w.t() * 2 is read by two matmuls and the output: store it once and read it with one new get_attr "
-        "node (node.replace_all_uses_with), not one get_attr per user."),
+        "node (node.replace_all_uses_with), not one get_attr per user; the output returns a copy of it (.clone())."),
     "attribute_names_taken": case(
         lambda: Program(lambda m, x: m._folded_1(x * m.w.exp()) + m.w.sin() + sum(x * getattr(m, t) for t in TAKEN),
                         w=param(6), _folded_1=nn.Identity(), **{name: make(6) for name, make in TAKEN.items()}),

@@ -67,9 +67,9 @@ MUTANTS = [
     Mutant("never_folds_nodes_without_inputs", "if all(n in values for n in node.all_input_nodes):",
            "if node.all_input_nodes and all(n in values for n in node.all_input_nodes):", caught_at=2),
     Mutant("one_get_attr_per_user", "        with graph.inserting_before(node):\n"
-           "            node.replace_all_uses_with(graph.get_attr(name))\n",
+           "            stored = graph.get_attr(name)\n            node.replace_all_uses_with(stored)\n",
            "        for user in list(node.users):\n            with graph.inserting_before(user):\n"
-           "                user.replace_input_with(node, graph.get_attr(name))\n", caught_at=2),
+           "                user.replace_input_with(node, stored := graph.get_attr(name))\n", caught_at=2),
     # Folds a module call whose inputs are constant unless it is a Dropout (as torch.fx.experimental.const_fold
     # folds call_module nodes whole).
     Mutant("folds_modules_on_constants",
@@ -81,6 +81,13 @@ MUTANTS = [
            "                values[node] = gm.get_submodule(node.target)(*args).detach()\n"
            "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
            caught_at=2),
+    # Returns a folded constant as it is, as torch.fx's split_const_subgraphs and Inductor's freezing do: every call
+    # hands the caller the stored buffer itself, where the original returns a fresh tensor (graders/run/numerics.py).
+    Mutant("returns_stored_values_as_they_are",
+           """        for output in [user for user in stored.users if user.op == "output"]:
+            with graph.inserting_before(output):
+                output.replace_input_with(stored, graph.call_method("clone", (stored,)))
+""", "", caught_at=2),
     Mutant("in_place_ops_listed_by_hand",
            'in_place = (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem',
            'in_place = name in ("add_", "mul_", "copy_", "fill_")', caught_at=4),
