@@ -8,6 +8,9 @@ model building, byte count and output comparisons hold the lock shared like any 
 - A plain test holds the shared lock for its whole run; a timed stretch inside turns it exclusive.
 - A test marked `locks_per_check` (it grades in process, and its checks are all it computes) holds the
   shared lock only while each check runs, so a timing elsewhere waits for one check, not a whole test.
+  So does a test whose grading runs in subprocesses given this run's lock (the `machine_lock_file` fixture,
+  as FX_KATAS_MACHINE_LOCK): the test holds nothing, its grading processes take the lock per check, shared,
+  and exclusively for each timed stretch, as a fleet machine's do. Marked `timing` as well, it runs last.
 - A test marked `timing` without `locks_per_check` times in a subprocess, which cannot take the lock from
   there: it holds the lock exclusively for its whole run.
 
@@ -57,6 +60,15 @@ def pytest_configure(config):
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
     timing.run_alone_with(_timed_alone)
+
+
+@pytest.fixture
+def machine_lock_file(tmp_path) -> Path:
+    """The machine lock for a test's grading subprocesses (FX_KATAS_MACHINE_LOCK): under xdist this run's own,
+    so that their timed stretches hold the machine alone against every other test of the run (mark the test
+    `locks_per_check`: it holds nothing itself); run alone, one of the test's own."""
+    lock = _state.get("lock")
+    return lock.path if lock else tmp_path / "machine.lock"
 
 
 def _locks_per_check(item) -> bool:

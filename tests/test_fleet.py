@@ -52,8 +52,9 @@ def wait_for(condition, timeout: float, what: str):
 class Cluster:
     """A scheduler and its workers, as subprocesses of this test."""
 
-    def __init__(self, start, tmp_path):
+    def __init__(self, start, tmp_path, lock=None):
         self.start, self.tmp = start, tmp_path
+        self.lock = lock or tmp_path / "machine.lock"  # the workers' machine lock (FX_KATAS_MACHINE_LOCK)
         self.file = tmp_path / "scheduler.json"
         self.log = tmp_path / "jobs.log"
         self.workers = {}
@@ -67,7 +68,7 @@ class Cluster:
         """`dask worker` as docs/organisers.md starts it, run from `root` (a clone of the project); with a nanny, a
         worker process that dies is started again."""
         env = {**os.environ, "FX_KATAS_JOB_LOG": str(self.log), "PYTHONPATH": str(root),
-               "FX_KATAS_MACHINE_LOCK": str(self.tmp / "machine.lock"), "FX_KATAS_LOCK_LOG": str(self.tmp / "lock.log")}
+               "FX_KATAS_MACHINE_LOCK": str(self.lock), "FX_KATAS_LOCK_LOG": str(self.tmp / "lock.log")}
         self.workers[name] = self.start(
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name, "--nthreads",
              str(threads), "--nanny" if nanny else "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
@@ -106,9 +107,10 @@ def score_command(tmp_path, subs, *args, name="run", katas=KATAS):
             "--json", str(tmp_path / f"{name}.json"), *args]
 
 
-def score(tmp_path, subs, *args, name="run", env=None, timeout=600, katas=KATAS):
-    """score.py --submissions; its grading processes share a machine lock of this test's own."""
-    env = {"FX_KATAS_MACHINE_LOCK": str(tmp_path / "machine.lock"), **(env or {})}
+def score(tmp_path, subs, *args, name="run", env=None, timeout=600, katas=KATAS, lock=None):
+    """score.py --submissions; its grading processes share the machine lock `lock` (by default one of this
+    test's own)."""
+    env = {"FX_KATAS_MACHINE_LOCK": str(lock or tmp_path / "machine.lock"), **(env or {})}
     proc = subprocess.run(score_command(tmp_path, subs, *args, name=name, katas=katas), cwd=tmp_path, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr
@@ -129,19 +131,23 @@ THREE_TEAMS = {"ada": {"04_dce": "reference", "05_cse": "reference"},
 STUBS = {("bob", "04_dce"), ("cy", "05_cse")}  # the shipped stubs: judged from their bytes, no job (fleet.py)
 
 
+# Its grading processes take this test run's machine lock (tests/conftest.py): each timed stretch holds the
+# machine alone against every test, not the whole test.
 @pytest.mark.timing
-def test_a_real_cluster_grades_every_job_once_on_both_workers_and_times_on_the_timing_host(tmp_path, processes):
+@pytest.mark.locks_per_check
+def test_a_real_cluster_grades_every_job_once_on_both_workers_and_times_on_the_timing_host(tmp_path, processes,
+                                                                                             machine_lock_file):
     """score.py --cluster --timing-host w2: the points a grading earns (the local cluster's run gives the
     same: its tests are tests/test_cheats.py's organiser test and the resume test below), each job once,
     the correctness levels on either worker and every speed level on w2 alone, each result naming the
     machine its speed level was timed on, and every timed stretch alone on its machine."""
-    cluster = Cluster(processes, tmp_path)
+    cluster = Cluster(processes, tmp_path, lock=machine_lock_file)
     cluster.add_worker("w1")
     cluster.add_worker("w2")
     subs = submissions(tmp_path, THREE_TEAMS)
     cluster.wait_for_workers(2)
     remote, remote_runs = score(tmp_path, subs, "--seed", "7", "--cluster", cluster.address, "--timing-host", "w2",
-                                name="remote")
+                                name="remote", lock=machine_lock_file)
     assert points(remote_runs) == {"ada": {"04_dce": 100.0, "05_cse": 100.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
                                    "cy": {"04_dce": 100.0, "05_cse": 0.0}}, remote.stderr
     assert "ImportError: half done" in remote_runs["bob"]["katas"]["05_cse"]["message"]
@@ -251,14 +257,15 @@ def lock_replay(path) -> tuple[list, int]:
 
 
 @pytest.mark.timing
-def test_a_timed_stretch_never_runs_beside_other_grading_on_its_machine(tmp_path):
+@pytest.mark.locks_per_check  # its grading processes take this test run's machine lock, as above
+def test_a_timed_stretch_never_runs_beside_other_grading_on_its_machine(tmp_path, machine_lock_file):
     """The local cluster (one worker, two threads), one job per (team, kata): the machine lock's log, in the
     order its holders wrote it, shows every timed stretch holding the machine alone, while correctness
     checks of two jobs did run side by side."""
     subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"},
                                   "bob": {"04_dce": EDITED_STUB, "05_cse": EDITED_STUB}})
     log, locks = tmp_path / "jobs.log", tmp_path / "lock.log"
-    proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2",
+    proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2", lock=machine_lock_file,
                        env={"FX_KATAS_JOB_LOG": str(log), "FX_KATAS_LOCK_LOG": str(locks)})
     assert Counter(e["phase"] for e in job_log(log) if e["event"] == "end") == Counter({"all": 4})
     beside, together = lock_replay(locks)
