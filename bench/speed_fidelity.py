@@ -25,9 +25,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from graders.run.session import grade
 from graders.frame.catalogue import KATAS, REPO_ROOT, load_grader
-from graders.dev.mutation import kata_mutants, write_mutant_tree
 
 
 def spread(values: list[float]) -> str:
@@ -64,6 +62,10 @@ class Readings:
 def collect(kata: str, n: int, scratch: Path, device: str = "cpu") -> Readings:
     """Grade the speed level (L3) of the kata's reference and its no-op n times each, alternately, a new
     seed each time, on `device`."""
+    # Here, not at the top: `--help` (and calibrate.py's) answers without importing torch (4 s of CPU).
+    from graders.dev.mutation import kata_mutants, write_mutant_tree
+    from graders.run.session import grade
+
     mutants = kata_mutants(kata)
     no_op_mutant = getattr(mutants, "SPEED_NO_OP", None) or getattr(mutants, "NO_OP", None)
     no_op_tree = write_mutant_tree(scratch / "no_op", kata, no_op_mutant) if no_op_mutant else None
