@@ -9,9 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from graders.batch.processes import run_katas
 from graders.frame.catalogue import REPO_ROOT
@@ -73,8 +73,8 @@ def test_a_forked_grading_process_grades_as_a_started_one(tmp_path):
     (tree / "05_cse").mkdir(parents=True)
     (tree / "05_cse" / "solution.py").write_text((REPO_ROOT / "reference" / "05_cse" / "solution.py").read_text())
     started, _ = run_katas(["05_cse"], tree, grading_args(isolate=False), 11, None)
-    forked, again = run_katas(["05_cse"], tree, grading_args(isolate=False, fork=True, machine_lock=tmp_path / "machine.lock"),
-                              11, None)
+    forking = grading_args(isolate=False, fork=True, machine_lock=tmp_path / "machine.lock")
+    forked, again = run_katas(["05_cse"], tree, forking, 11, None)
     assert again == []
     as_data = lambda records: [(r.test_id, r.passed, r.points, r.message) for r in records]  # noqa: E731
     assert as_data(forked["05_cse"]) == as_data(started["05_cse"])

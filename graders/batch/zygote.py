@@ -17,8 +17,9 @@ a session of its own (its process group is killed as one), its output in a file,
 the environment it would have been given, and death with the zygote, which exits when the process that
 started it closes its pipe (or dies), or when it has forked nothing and has no child for IDLE_SECONDS
 (about 650 MB of torch and graders a fleet machine should not keep for a run long over; the next request
-starts a new one, and a request that meets a zygote on its way out is made again of the new one). Thread pools: torch creates its own lazily, so the zygote has none
-to lose; each grading process sets its own (OMP_NUM_THREADS, torch.set_num_threads).
+starts a new one, and a request that meets a zygote on its way out is made again of the new one).
+Thread pools: torch creates its own lazily, so the zygote has none to lose; each grading process sets its
+own (OMP_NUM_THREADS, torch.set_num_threads).
 
 Protocol, a JSON line each way: the client sends {"args", "output", "env", "memory"}; the zygote answers
 {"pid"} for each request in order and {"exited", "status"} as each grading process ends (status as

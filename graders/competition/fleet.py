@@ -9,13 +9,13 @@ with a warning: it admits anyone). A job
 and the seed; the worker machine grades it in processes of its own and sends back the records.
 
 - One job per (team, kata) grades every level, as many at once per machine as its worker has threads.
+  Timing stays alone, per machine: every grading process of a machine shares its machine lock, shared
+  while checks run, exclusive while a speed level times (graders/frame/machinelock.py).
 - A team's jobs prefer one worker, its home (the worker with the fewest teams when the team's first job is
   submitted): there the team's nursery, which forks the sandboxed worker of each of its katas, is started
   once and stays warm. A preference, not a rule (Dask's loose restrictions): a worker with nothing to do
   steals jobs from a busy one, and a home that is lost or refuses the job is no home. Spread over every
   worker, a team's ten katas started up to ten nurseries, one per machine, each importing torch.
-  Timing stays alone, per machine: every grading process of a machine shares its machine lock, shared
-  while checks run, exclusive while a speed level times (graders/frame/machinelock.py).
 - `timing_host` splits a kata in two jobs: its correctness levels anywhere, then (once they are back,
   and only if the solution loaded) its speed level on that machine.
 - A kata whose file is its shipped stub, byte for byte, is judged at once from the bytes (every check

@@ -98,12 +98,16 @@ def assert_same_outputs(expected: Callable, candidate: Callable, inputs_list: li
             detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
             raise CheckFailed(
                 f"{what} does not compute what the original does on inputs of shape {_shapes(inputs)}: {detail}"
-                + (f" Hint: {hint}" if hint else "")
-                + (before_after(*graphs) if graphs else "")
+                + _ending(hint, graphs)
             ) from None
         _assert_earlier_outputs_kept(earlier, what, hint, graphs)
         earlier.append((inputs, _kept(want), _kept(got)))
     _assert_no_state_shared(expected, candidate, earlier, what, hint, graphs)
+
+
+def _ending(hint: str, graphs: tuple | None) -> str:
+    """What every sentence of these checks ends with: the hint, then the graphs before and after the pass."""
+    return (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else "")
 
 
 def _kept(outputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -123,7 +127,7 @@ def _assert_earlier_outputs_kept(earlier: list, what: str, hint: str, graphs: tu
                     "call overwrote: it returns storage it keeps and writes again (a buffer of its own, an out= "
                     "tensor), so the result a caller holds changes under it; the original's stays as returned. "
                     "Return a fresh tensor (one the call allocates, or a view of its inputs)."
-                    + (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else ""))
+                    + _ending(hint, graphs))
 
 
 def _storage(t: torch.Tensor) -> tuple | None:
@@ -174,7 +178,7 @@ def _assert_no_state_shared(expected: Callable, candidate: Callable, earlier: li
                 "the original's parameters, buffers or tensor attributes. A caller that writes into that result "
                 "(out += 1, out.clamp_(...)) would change the module, and every later call would return the changed "
                 "values. Return a fresh tensor: a copy (.clone()) of a stored value that the output returns as it is."
-                + (f" Hint: {hint}" if hint else "") + (before_after(*graphs) if graphs else ""))
+                + _ending(hint, graphs))
 
 
 def describe_difference(got, want) -> str | None:
@@ -222,8 +226,7 @@ def assert_bit_identical(expected: Callable, candidate: Callable, inputs_list: l
         if problem:
             raise CheckFailed(
                 f"{what} is not bit-identical to the original on call {call} of {len(inputs_list)} (inputs of "
-                f"shape {_shapes(inputs)}): {problem}." + (f" Hint: {hint}" if hint else "")
-                + (before_after(*graphs) if graphs else ""))
+                f"shape {_shapes(inputs)}): {problem}." + _ending(hint, graphs))
         _assert_earlier_outputs_kept(earlier, what, hint, graphs)
         earlier.append((inputs, _kept(want), _kept(got)))
     _assert_no_state_shared(expected, candidate, earlier, what, hint, graphs)
