@@ -6,6 +6,7 @@ alone on its machine.
 
 Katas are small (04_dce, 05_cse) and most runs skip the speed level; every subprocess a test starts is
 killed when it ends, passed or failed."""
+import gc
 import json
 import os
 import shutil
@@ -480,6 +481,11 @@ def test_a_tls_fleet_admits_only_workers_holding_its_certificate(tmp_path, proce
                   stderr=open(tmp_path / f"{name}.err", "w"))
     with pytest.raises(Exception):  # noqa: B017 - no certificate, no connection (whatever Dask raises for it)
         Client(address, timeout=3)
+    # The failed Client is garbage in a cycle (the traceback). Collected later, its __del__ takes the class-wide lock
+    # of Dask's LoopRunner: if the collector happens to run in the next Client's new IO-loop thread while that
+    # Client's start() holds the lock, start() gives up after 10 s ("assert loop is not None"; seen on CI, and
+    # reproduced by collecting in that thread). Collect it here, in this thread, before any lock is held.
+    gc.collect()
     with Client(address, timeout=30, security=security(ours)) as client:
         client.wait_for_workers(1, timeout=120)
         time.sleep(3)  # time for the others to try (they started with the trusted one)
