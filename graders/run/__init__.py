@@ -7,13 +7,16 @@ structure, timing, model helpers). The modules behind it:
 - session.py: a grading session (one solution tree, seed, device), a check's `Context`, `grade`;
 - harness.py: the one run path (a case placed on the device, copied, traced, passed, linted, compared);
 - numerics.py, structure.py, timing.py: what a check measures (outputs, graphs, speed and exact costs);
-- models.py: building graded models with random names (hidden models) and models as data.
+- models.py: building graded models with random names (hidden models) and models as data;
+- exported.py: chapter 2's torch.export programs (exported once per model structure, copied from bytes) and
+  the checks of a program a pass returned.
 
 May import: graders.frame, graders.isolation (a session runs solution code in a worker when isolated).
 """
 from graders.frame.catalogue import REPO_ROOT, manifest
 from graders.frame.mutant import Mutant, Variant
-from graders.run import harness
+from graders.run import exported, harness
+from graders.run.exported import ExportedProgram, assert_program_sound, copy_program, exporter
 from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, assert_sendable, build, on_device
 from graders.run.models import PathChain, Program, Program2, nest_under, random_identifier, random_identifiers, random_path
 from graders.run.numerics import (
@@ -36,7 +39,7 @@ from graders.run.structure import call_module_nodes, graph_table
 from graders.run.timing import CountingMode, alone, measure_speedup
 
 __all__ = [
-    "ATOL", "RTOL", "REPO_ROOT", "Called", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
+    "ATOL", "RTOL", "REPO_ROOT", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
     "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "manual_seed", "measure_speedup", "nest_under", "on_device",

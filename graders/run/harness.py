@@ -8,8 +8,8 @@ the pristine copy. Kata-particular checks (kata 03's weight formula, kata 10's h
 ordinary functions registered with `Kata.check`. `execute` runs one check: a declaration of the frame
 (graders/frame/kata.py, `Declared`) through `check` or `speed`, or the kata's own function.
 
-May import: graders.frame, and of graders.run the check's context and the measurements (numerics,
-structure, timing); the session that drives it is above it.
+May import: graders.frame, and of graders.run the check's context, the measurements (numerics,
+structure, timing) and chapter 2's programs (exported); the session that drives it is above it.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map
 
 from graders.frame.kata import Check, Declared
 from graders.frame.levels import CheckFailed
+import graders.run.exported as exported
 from graders.run.context import Context
 from graders.run.numerics import ATOL, RTOL, assert_bit_identical, assert_same_outputs
 from graders.run.structure import assert_valid_graph_module, before_after
@@ -92,6 +93,7 @@ class Run:
     gm: fx.GraphModule        # the rewritten GraphModule (the returned one, or `traced` for in-place passes)
     result: Any               # what the pass returned
     extra_args: tuple = ()    # what the pass was called with after the GraphModule (example inputs)
+    program_before: Any = None  # chapter 2: an untouched copy of the ExportedProgram the pass was given
 
     def graphs(self) -> str:
         return before_after(self.before, self.gm)
@@ -150,6 +152,8 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     model = build(ctx, case)
     pristine = copy.deepcopy(model)
     traced = case.trace(model)
+    if isinstance(traced, exported.ExportedProgram):  # chapter 2: the pass rewrites a torch.export program
+        return _apply_to_program(ctx, case, via, model, pristine, traced)
     before = copy.deepcopy(traced)  # the same graph on modules of its own: a copy costs a third of a trace
     extra = (on_device(case.inputs(case.batch_sizes[0]), ctx.device),) if via.example_inputs else ()
     # `model` is watched: the pass must leave it as it was, and leaf modules it shares with `traced` show
@@ -160,6 +164,20 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     gm = result if isinstance(result, fx.GraphModule) else traced
     assert_valid_graph_module(gm, via.function, in_place=via.returns is not fx.GraphModule)
     return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra)
+
+
+def _apply_to_program(ctx: Context, case: Case, via: Pass, model: nn.Module, pristine: nn.Module,
+                      given: "exported.ExportedProgram") -> Run:
+    """`apply` for a pass over an ExportedProgram (`Pass.returns` ExportedProgram): the pass gets the program
+    and returns a new one. The Run's `traced` is the program given, as the call left it; `program_before` an
+    untouched copy; `gm` and `before` are their modules (`ExportedProgram.module()`), which the comparisons,
+    the timing and the messages use as they use any GraphModule."""
+    program_before = exported.copy_program(given)
+    called = ctx.invoke(via.function, given, returns=via.returns)
+    result, given = called.result, called.args[0]
+    gm = exported.settle(result, program_before, via.function)
+    assert_valid_graph_module(gm, via.function)
+    return Run(ctx, case, via, model, pristine, program_before.module(), given, gm, result, (), program_before)
 
 
 def module_states(model: nn.Module) -> dict[str, tuple[str, dict[str, torch.Tensor]]]:

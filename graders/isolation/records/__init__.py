@@ -19,9 +19,12 @@ The checks that guard the judge are the ones in `rebuild`; the worker runs the s
 a learner reads the same sentence before a competition does.
 
 The package: rules.py (formats, SAFE_MODULES, the allow-list, the per-node checks), encode.py (the
-worker's side) and decode.py (the judge's side: rebuild).
+worker's side), decode.py (the judge's side: rebuild) and programs.py (torch.export programs, both sides).
 
-May import: the standard library and torch.
+- a torch.export program (chapter 2) travels as torch's JSON schema and tensors, checked by the judge before
+  torch's deserializer builds it (programs.py).
+
+May import: the standard library, torch, and graders.isolation.torch_private (programs.py).
 """
 from graders.isolation.records.encode import graph_record, module_record, record, record_values
 from graders.isolation.records.decode import RecordedStructure, rebuild, rebuild_values

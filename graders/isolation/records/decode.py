@@ -3,7 +3,7 @@ sent, without any of the learner's code. Every call_function target resolves thr
 tensor operations and every call_method name against the Tensor methods on it (graders/isolation/records/
 rules.py); anything else is refused with a sentence naming the node and the target.
 
-May import: the standard library, torch, graders.isolation.records.rules.
+May import: the standard library, torch, graders.isolation.records.rules and .programs.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from graders.isolation.records.programs import PROGRAM_KIND, rebuild as rebuild_program
 from graders.isolation.records.rules import (
     CONTAINERS,
     FORMAT,
@@ -251,6 +252,8 @@ def _rebuild_value(value: Any, blob, nodes: dict[str, fx.Node]) -> Any:
             return _rebuild_module(body, blob, "")
         if kind == "structure":
             return _rebuild_structure(body, blob, "")
+        if kind == PROGRAM_KIND and isinstance(body, int) and 0 <= body < len(blob.get("programs", [])):
+            return rebuild_program(blob["programs"][body])
         if kind in ("tuple", "list"):
             items = [_rebuild_value(v, blob, nodes) for v in body]
             return tuple(items) if kind == "tuple" else items

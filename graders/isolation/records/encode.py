@@ -5,7 +5,7 @@ A module of a class in SAFE_MODULES travels whole; any other module (a learner's
 learner's helper function used as a call_function target are traced by torch.fx into nested records, so
 that the judge rebuilds them without their code (graders/isolation/records/decode.py).
 
-May import: the standard library, torch, graders.isolation.records.rules.
+May import: the standard library, torch, graders.isolation.records.rules and .programs.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.fx.graph import CodeGen
 
+from graders.isolation.records.programs import PROGRAM_KIND, encode as encode_program
 from graders.isolation.records.rules import (
     CONTAINERS,
     FORMAT,
@@ -92,7 +93,7 @@ class Payload:
     parameters shared between modules (tied weights) stay shared after torch.load."""
 
     def __init__(self):
-        self.lists: dict[str, list] = {"modules": [], "tensors": []}
+        self.lists: dict[str, list] = {"modules": [], "tensors": [], "programs": []}
         self._index: dict[int, int] = {}
 
     def add(self, kind: str, obj) -> int:
@@ -265,6 +266,8 @@ def _value(value: Any, payload: Payload, where: str) -> Any:
     by name, plain data as itself."""
     if isinstance(value, nn.Module):
         return {"module": _describe_module(value, "", payload, ())}
+    if isinstance(value, torch.export.ExportedProgram):
+        return {PROGRAM_KIND: payload.add("programs", encode_program(value))}
     if isinstance(value, torch.Tensor):
         return {"tensor": payload.add("tensors", value)}
     if isinstance(value, fx.Node):

@@ -2,7 +2,7 @@
 targets and the judge's checks of one recorded node. The worker runs the same checks early
 (graders/isolation/records/encode.py), so that a learner reads the same sentence before a competition does.
 
-May import: the standard library and torch.
+May import: the standard library, torch and graders.isolation.torch_private (what an operator overload is).
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
+
+from graders.isolation import torch_private
 
 FORMAT = "fx-katas graph record 1"
 
@@ -174,9 +176,24 @@ def _names() -> dict[Any, str]:
     return names
 
 
+OP_OVERLOAD = re.compile(r"torch\.ops\.(aten|prims)\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
+DENIED_OPS = frozenset({"from_file"})  # reads a file: no tensor computation
+
+
+def op_overload(qualified_name: str):
+    """The aten or prims operator overload "torch.ops.aten.add.Tensor" names (chapter 2's ATen graphs), or None."""
+    match = OP_OVERLOAD.fullmatch(qualified_name)
+    if not match or match.group(2) in DENIED_OPS:
+        return None
+    namespace = getattr(torch.ops, match.group(1))
+    packet = getattr(namespace, match.group(2), None) if hasattr(namespace, match.group(2)) else None
+    overload = getattr(packet, match.group(3), None) if packet is not None else None
+    return overload if torch_private.is_op_overload(overload) else None
+
+
 def allowed_function(qualified_name: str) -> Callable | None:
     """The function a call_function target names, or None when the judge must refuse it."""
-    return _allow_list().get(qualified_name)
+    return _allow_list().get(qualified_name) or op_overload(qualified_name)
 
 
 def allowed_method(name: str) -> bool:
@@ -187,6 +204,8 @@ def allowed_method(name: str) -> bool:
 def target_name(function: Callable) -> str:
     """The name a record gives a call_function target: its allow-list name ("torch.relu",
     "torch.nn.functional.relu", "operator.add", "math.sqrt", "builtins.getattr"), else module.qualname."""
+    if torch_private.is_op_overload(function):  # an ATen graph's target: torch.ops.aten.add.Tensor
+        return f"torch.ops.{function}"
     try:
         name = _names().get(function)
     except TypeError:  # unhashable

@@ -1,0 +1,168 @@
+"""Every private or experimental PyTorch API the graders call, in one place: chapter 2's katas (11-13) grade
+the ATen graphs of torch.export, make_fx/functionalization and Inductor's pattern matcher, whose APIs moved
+between releases. Graders, records and tests call these functions, never the torch internals behind them;
+`USED` lists each internal callable with the parameters the graders pass, and tests/test_torch_private.py
+checks every one against the installed torch, so an upgrade fails there, loudly, and nowhere else.
+(Learners' solutions and the references import what their lesson teaches, torch._inductor.pattern_matcher
+included: that is the lesson, not the graders' dependency.)
+
+`CHAPTER_2` is the torch range chapter 2 was written and checked against; on an older torch its katas say
+so in one sentence (`chapter_2_problem`) instead of failing with tracebacks.
+
+May import: the standard library and torch.
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import inspect
+import re
+from typing import Any, Callable
+
+import torch
+
+CHAPTER_2 = (2, 10)  # the oldest torch (major, minor) chapter 2 supports; checked on 2.15
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", torch.__version__).groups()
+    return int(major), int(minor)
+
+
+def chapter_2_problem() -> str | None:
+    """Why chapter 2 cannot be graded with the installed torch, or None."""
+    if torch_version() < CHAPTER_2:
+        return (f"chapter 2 (katas 11-13) needs torch {CHAPTER_2[0]}.{CHAPTER_2[1]} or newer (its export, "
+                f"functionalization and pattern-matcher APIs); this environment has torch {torch.__version__}")
+    return None
+
+
+# (module, attribute path, parameters the graders pass by name or position): checked by tests/test_torch_private.py.
+USED: list[tuple[str, str, tuple[str, ...]]] = [
+    ("torch.export", "export", ("mod", "args", "kwargs", "dynamic_shapes", "strict")),
+    ("torch.export", "ExportedProgram.run_decompositions", ("self", "decomp_table")),
+    ("torch.export", "save", ("ep", "f")),
+    ("torch.export", "load", ("f",)),
+    ("torch._export.serde.serialize", "serialize", ("exported_program",)),
+    ("torch._export.serde.serialize", "_bytes_to_dataclass", ("cls", "artifact_bytes")),
+    ("torch._export.serde.serialize", "ExportedProgramDeserializer.deserialize",
+     ("self", "exported_program", "state_dict", "constants", "example_inputs")),
+    ("torch._guards", "detect_fake_mode", ("inputs",)),
+    ("torch._ops", "OpOverload", ()),
+    ("torch.fx.experimental.proxy_tensor", "make_fx", ("f", "decomposition_table", "tracing_mode")),
+    ("torch.fx.passes.fake_tensor_prop", "FakeTensorProp.__init__", ("self", "module", "mode")),
+    ("torch._inductor.decomposition", "select_decomp_table", ()),
+]
+
+
+def resolve(module: str, path: str) -> Callable:
+    target: Any = importlib.import_module(module)
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def signature_problems() -> list[str]:
+    """Each USED callable that is missing or no longer takes the parameters the graders pass, in a sentence."""
+    problems = []
+    for module, path, parameters in USED:
+        try:
+            found = inspect.signature(resolve(module, path)).parameters
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{module}.{path} is gone in torch {torch.__version__} ({type(exc).__name__}: {exc})")
+            continue
+        missing = [p for p in parameters if p not in found]
+        if missing:
+            problems.append(f"{module}.{path} in torch {torch.__version__} takes ({', '.join(found)}); the graders "
+                            f"pass {', '.join(missing)}")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# torch.export programs
+
+def export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> torch.export.ExportedProgram:
+    """`model` exported (non-strict, the default since 2.6: the training IR) and decomposed to the core ATen
+    opset, as a backend receives it: BatchNorm in eval mode appears as `_native_batch_norm_legit_no_training`."""
+    program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
+    return program.run_decompositions()
+
+
+def save_program(program: torch.export.ExportedProgram) -> bytes:
+    """The judge's own program as bytes (torch.export.save): for copies of what the judge exported itself.
+    Never load a worker's bytes with `load_program`: torch.export.load unpickles (see `program_parts`)."""
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    return buffer.getvalue()
+
+
+def load_program(data: bytes) -> torch.export.ExportedProgram:
+    """A copy of a program the judge saved itself (`save_program`)."""
+    return torch.export.load(io.BytesIO(data))
+
+
+def program_parts(program: torch.export.ExportedProgram) -> dict[str, bytes]:
+    """A worker's program as data the judge can check before anything is built from it: the graph, signature
+    and ranges as torch's JSON schema ("program"), the tensors as torch.save bytes ("state_dict", "constants").
+    torch.export.load itself would unpickle with weights_only=False on the way, and resolve any dotted
+    `torch.*` name as a call target."""
+    from torch._export.serde.serialize import serialize
+
+    artifact = serialize(program, serialize_example_inputs=False)
+    return {"program": artifact.exported_program, "state_dict": artifact.state_dict, "constants": artifact.constants}
+
+
+def program_from_parts(program_json: bytes, state_dict: dict, constants: dict) -> torch.export.ExportedProgram:
+    """A program rebuilt from checked parts: `program_json` already validated (records/programs.py), the tensors
+    already loaded with weights_only=True (torch's deserializer takes loaded dicts as they are)."""
+    from torch._export.serde import schema
+    from torch._export.serde.serialize import ExportedProgramDeserializer, _bytes_to_dataclass
+
+    serialized = _bytes_to_dataclass(schema.ExportedProgram, program_json)
+    return ExportedProgramDeserializer().deserialize(serialized, state_dict, constants, None)
+
+
+def is_op_overload(target) -> bool:
+    """Is `target` one overload of a registered operator (torch.ops.aten.add.Tensor)?"""
+    return isinstance(target, torch._ops.OpOverload)
+
+
+def guards_code(program: torch.export.ExportedProgram) -> list[str]:
+    """The Python source of the program's guards, which `program.module()` compiles into `_guards_fn`."""
+    return list(getattr(program, "_guards_code", None) or [])
+
+
+def set_guards_code(program: torch.export.ExportedProgram, code: list[str]) -> None:
+    program._guards_code = list(code)
+
+
+def fake_mode(values) -> Any:
+    """The FakeTensorMode of fake tensors in `values` (a program's `meta['val']`s), or None."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(values)
+
+
+def propagate_fake(gm: torch.fx.GraphModule, fake_inputs: list, mode) -> None:
+    """Run `gm` on fake inputs in `mode`, writing each node's `meta['val']` (FakeTensorProp)."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*fake_inputs)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# make_fx graphs (katas 12 and 13)
+
+def aten_graph(fn: Callable, args: tuple, *, decompositions: dict | None = None,
+               tracing_mode: str = "real") -> torch.fx.GraphModule:
+    """`fn` traced by make_fx to an ATen graph ("real", "fake" or "symbolic" tracing), with `decompositions`."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, decomposition_table=decompositions, tracing_mode=tracing_mode)(*args)
+
+
+def inductor_decompositions() -> dict:
+    """The decomposition table Inductor traces with: what its post-grad passes see."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()

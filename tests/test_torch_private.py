@@ -1,0 +1,119 @@
+"""Chapter 2's footing: every private torch API the graders use still exists with the parameters they pass
+(graders/isolation/torch_private.py), and a worker's torch.export program reaches the judge only as checked
+data (graders/isolation/records/programs.py): no call target, expression, tensor file or guard of its own
+choosing runs in the judge."""
+import io
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+from graders.frame.levels import CheckFailed
+from graders.isolation import records, torch_private
+from graders.isolation.records import programs
+from graders.run import exported
+
+
+def test_every_private_api_the_graders_call_is_there_with_its_parameters():
+    assert torch_private.chapter_2_problem() is None, torch_private.chapter_2_problem()
+    assert torch_private.signature_problems() == []
+    # Attributes rather than callables: a program's guards code (compiled by ExportedProgram.module()).
+    assert isinstance(torch_private.guards_code(program()), list)
+
+
+def test_a_missing_or_changed_api_is_named_in_a_sentence(monkeypatch):
+    monkeypatch.setattr(torch_private, "USED", [("torch._guards", "no_such_function", ()),
+                                                ("torch._guards", "detect_fake_mode", ("inputs", "renamed"))])
+    first, second = torch_private.signature_problems()
+    assert first.startswith("torch._guards.no_such_function is gone in torch ")
+    assert "the graders pass renamed" in second
+
+
+@pytest.fixture(scope="module")
+def saved():
+    return torch_private.program_parts(program())
+
+
+def program(dynamic: bool = True):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
+    shapes = ({0: torch.export.Dim("batch", min=1, max=16)},) if dynamic else None
+    return torch_private.export(model, (torch.randn(2, 3, 6, 6),), shapes)
+
+
+def rebuilt(parts: dict, edit=None):
+    data = json.loads(parts["program"])
+    if edit:
+        edit(data)
+    return programs.rebuild({**parts, "program": json.dumps(data).encode()})
+
+
+def test_a_program_travels_as_checked_data_and_computes_what_it_did(saved):
+    original = program()
+    blob = records.record_values({"result": original})
+    back = records.rebuild_values(blob)["result"]
+    assert isinstance(back, torch.export.ExportedProgram)
+    x = torch.randn(5, 3, 6, 6)
+    assert torch.equal(back.module()(x), original.module()(x))
+    assert str(back.range_constraints) == str(original.range_constraints)
+    assert all("val" in n.meta for n in back.graph.nodes if n.op != "output")
+
+
+@pytest.mark.parametrize("edit, refusal", [
+    (lambda d: d["graph_module"]["graph"]["nodes"][0].update(target="torch.os.system"), "calls 'torch.os.system'"),
+    (lambda d: d["graph_module"]["graph"]["nodes"][0].update(target="torch.ops.aten.from_file.default"), "from_file"),
+    (lambda d: d["graph_module"]["graph"]["nodes"][0].update(target="torch.ops.higher_order.cond"), "higher_order"),
+    (lambda d: d.update(range_constraints={"__import__('os').getcwd()": {"min_val": 1, "max_val": 2}}),
+     "holds characters no size expression has"),
+    (lambda d: d["graph_module"]["graph"]["sym_int_values"].update(
+        s={"as_expr": {"expr_str": "Symbol('os.getcwd()')", "hint": None}}), "quotes 'os.getcwd()'"),
+    (lambda d: d["graph_module"]["graph"]["sym_int_values"].update(
+        s={"as_expr": {"expr_str": "exec(Symbol('s1'))", "hint": None}}), "names 'exec'"),
+    (lambda d: d["graph_module"]["graph"]["nodes"][0]["inputs"].append({"name": "g", "arg": {"as_graph": {}}, "kind": 1}),
+     "no nested graph"),
+])
+def test_the_judge_refuses_what_torch_would_run_or_evaluate(saved, edit, refusal):
+    with pytest.raises(records.RecordError, match=None) as raised:
+        rebuilt(saved, edit)
+    assert refusal in str(raised.value), str(raised.value)
+
+
+def test_tensors_load_weights_only_and_must_be_tensors(saved):
+    buffer = io.BytesIO()
+    torch.save({"0.weight": "not a tensor"}, buffer)
+    with pytest.raises(records.RecordError, match="holds something other than named tensors"):
+        programs.rebuild({**saved, "state_dict": buffer.getvalue()})
+
+
+def test_a_workers_guards_are_text_until_the_run_path_compares_them(saved):
+    planted = "__import__('os').system('touch /tmp/fx-katas-guard-ran')"
+    back = rebuilt(saved, lambda d: d.update(guards_code=[planted]))
+    assert torch_private.guards_code(back) == []  # never compiled by back.module()
+    assert programs.guards_code(back) == [planted]
+    with pytest.raises(CheckFailed, match="other guards than the program it was given; added: __import__"):
+        exported.settle(back, program(), "fuse_conv_bn")
+    same = rebuilt(saved)
+    assert isinstance(exported.settle(same, program(), "fuse_conv_bn"), torch.fx.GraphModule)
+
+
+def test_an_aten_graph_travels_as_a_graph_record():
+    def attention(q, k):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.5, -1) @ k
+
+    q, k = torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    gm = torch_private.aten_graph(attention, (q, k), decompositions=torch_private.inductor_decompositions())
+    assert any(str(n.target).startswith("aten.") for n in gm.graph.nodes if n.op == "call_function")
+    back = records.rebuild(records.record(gm))
+    assert torch.equal(back(q, k), gm(q, k))
+
+
+def test_the_exporter_copies_a_structure_from_bytes_with_the_new_models_weights():
+    def make():
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
+
+    trace = exported.exporter(lambda: (torch.randn(2, 3, 6, 6),))
+    first, second = make(), make()
+    a, b = trace(first), trace(second)
+    x = torch.randn(2, 3, 6, 6)
+    assert torch.allclose(a.module()(x), first(x)) and torch.allclose(b.module()(x), second(x))
+    assert not torch.equal(a.module()(x), b.module()(x))
