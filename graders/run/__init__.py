@@ -8,6 +8,7 @@ structure, timing, model helpers). The modules behind it:
 - harness.py: the one run path (a case placed on the device, copied, traced, passed, linted, compared);
 - numerics.py, structure.py, timing.py: what a check measures (outputs, graphs, speed and exact costs);
 - models.py: building graded models with random names (hidden models) and models as data;
+- aten.py: chapter 2's make_fx graphs as Inductor's post-grad passes see them (kata 13), their meta['val'] and guards;
 - exported.py: chapter 2's torch.export programs (exported once per model structure, copied from bytes) and
   the checks of a program a pass returned.
 
@@ -15,7 +16,8 @@ May import: graders.frame, graders.isolation (a session runs solution code in a 
 """
 from graders.frame.catalogue import REPO_ROOT, manifest
 from graders.frame.mutant import Mutant, Variant
-from graders.run import exported, harness
+from graders.run import aten, exported, harness
+from graders.run.aten import aten_tracer
 from graders.run.exported import ExportedProgram, assert_program_sound, copy_program, exporter
 from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, assert_sendable, build, on_device
 from graders.run.models import PathChain, Program, Program2, nest_under, random_identifier, random_identifiers, random_path
@@ -39,7 +41,7 @@ from graders.run.structure import call_module_nodes, graph_table
 from graders.run.timing import CountingMode, alone, measure_speedup
 
 __all__ = [
-    "ATOL", "RTOL", "REPO_ROOT", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
+    "ATOL", "RTOL", "REPO_ROOT", "aten", "aten_tracer", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
     "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "manual_seed", "measure_speedup", "nest_under", "on_device",

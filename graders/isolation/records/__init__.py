@@ -5,7 +5,8 @@ or run learner code. So the worker sends back DATA (`record`), and the judge reb
 it (`rebuild`) and runs every check on the rebuilt module:
 
 - the graph travels as a JSON record: per node its op, name, target by name, args and kwargs
-  (`graph_record`); never pickled code;
+  (`graph_record`), and for an ATen graph a text description of each node's meta['val'] and the ShapeEnv's
+  guards (`describe_value`: the judge checks them as text); never pickled code;
 - modules of the torch.nn classes in SAFE_MODULES, and every tensor, travel through torch.save and come
   back through torch.load(weights_only=True) with only those classes allowed (`module_record`);
 - a module of any other class (a learner's fused module) and a learner's helper function used as a
@@ -35,9 +36,10 @@ from graders.isolation.records.rules import (
     RecordError,
     allowed_function,
     allowed_method,
+    describe_value,
     target_name,
 )
 
 __all__ = ["FORMAT", "SAFE_MODULES", "VALUES_FORMAT", "RecordError", "RecordedStructure", "allowed_function",
-           "allowed_method", "graph_record", "module_record", "rebuild", "rebuild_values", "record", "record_values",
+           "allowed_method", "describe_value", "graph_record", "module_record", "rebuild", "rebuild_values", "record", "record_values",
            "target_name"]

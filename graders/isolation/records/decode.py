@@ -110,6 +110,10 @@ def _rebuild_graph(record: dict, helpers: dict[str, Callable], tensors: list, wh
         node = graph.create_node(op, target, args, kwargs, name=name)
         if node.name != name:  # fx renamed it: not an identifier, or a duplicate
             raise RecordError(f"{at}: {name!r} is not a valid, unique node name")
+        if "val" in n:  # the worker's description of meta['val'] (text only: graders/run/aten.py reads it)
+            if not isinstance(n["val"], str):
+                raise RecordError(f"{at} describes its meta['val'] with something other than text")
+            node.meta["recorded_val"] = n["val"]
         nodes[name] = node
     return graph
 
@@ -210,6 +214,10 @@ def _rebuild_graph_module(record: dict, blob, path: str, where: str | None = Non
         _install(gm, name, kind, tensor, where)
     gm.training = bool(record["training"])
     gm.recorded_stale_code = bool(record.get("stale"))  # the worker's module ran older code than its graph
+    if "guards" in record:  # an ATen graph's ShapeEnv guards, as the worker's fake tensors held them: text
+        if not (isinstance(record["guards"], list) and all(isinstance(g, str) for g in record["guards"])):
+            raise RecordError(f"{where}the record's guards are not a list of text")
+        gm.meta["recorded_guards"] = list(record["guards"])
     return gm
 
 

@@ -28,6 +28,8 @@ from graders.isolation.records.rules import (
     RecordError,
     check_attribute,
     check_graph,
+    describe_value,
+    graph_guards,
     located,
     target_name,
     travels_whole,
@@ -72,8 +74,9 @@ def _encode(value: Any, node: fx.Node | None, payload: Payload | None) -> Any:
 
 
 def graph_record(gm: fx.GraphModule, payload: Payload | None = None) -> dict:
-    """The graph of `gm` as JSON-serialisable data: its nodes in order, without their meta. A tensor
-    literal in args (rare: fx's own codegen cannot print one) needs a `payload` to hold it."""
+    """The graph of `gm` as JSON-serialisable data: its nodes in order, without their meta but a description of
+    meta['val'] where a node carries one (an ATen graph: `describe_value`). A tensor literal in args (rare: fx's
+    own codegen cannot print one) needs a `payload` to hold it."""
     nodes = []
     for node in gm.graph.nodes:
         target = node.target
@@ -84,7 +87,8 @@ def graph_record(gm: fx.GraphModule, payload: Payload | None = None) -> dict:
                 raise RecordError(f"node {node.name!r} (call_function): {exc}") from None
         nodes.append({"op": node.op, "name": node.name, "target": target,
                       "args": [_encode(a, node, payload) for a in node.args],
-                      "kwargs": {k: _encode(v, node, payload) for k, v in node.kwargs.items()}})
+                      "kwargs": {k: _encode(v, node, payload) for k, v in node.kwargs.items()},
+                      **({"val": describe_value(node.meta["val"])} if "val" in node.meta else {})})
     return {"nodes": nodes}
 
 
@@ -209,6 +213,7 @@ def _describe_graph_module(gm: fx.GraphModule, path: str, payload: Payload, trac
     record = {
         "graph": graph, "class": type(gm).__name__, "training": gm.training,
         "stale": gm.code != gm.graph.python_code(root_module="self").src,  # graph edited, no recompile()
+        **({"guards": guards} if (guards := graph_guards(gm)) is not None else {}),  # an ATen graph's ShapeEnv
         "tensors": _tensors(gm, payload, fx.GraphModule, path),
         "children": _children(gm, path, payload, tracing, fx.GraphModule),
         "helpers": {name: {"module": function.__module__, "qualname": function.__qualname__,

@@ -256,6 +256,23 @@ def check_node(op: str, name: str, target, args: list, helpers: set, where: str)
         raise RecordError(f"{node} has target {target!r:.80}; an output node's target is 'output'")
 
 
+def describe_value(value) -> str:
+    """A node's meta['val'] as text, the same in the worker and the judge: a fake tensor's dtype, shape (its size
+    symbols by name) and stride, a SymInt's expression; what carries meta['val'] travels as this description."""
+    if isinstance(value, torch.Tensor):
+        shape, stride = ", ".join(map(str, value.shape)), ", ".join(map(str, value.stride()))
+        return f"{str(value.dtype).removeprefix('torch.')}[{shape}] stride ({stride}) on {value.device}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(describe_value(v) for v in value) + ")"
+    return f"{type(value).__name__} {str(value)[:200]}"
+
+
+def graph_guards(gm: fx.GraphModule) -> list[str] | None:
+    """The guards of the ShapeEnv behind `gm`'s meta['val']s as text, or None where it has none (torch_private)."""
+    vals = [n.meta["val"] for n in gm.graph.nodes if "val" in n.meta]
+    return torch_private.shape_guards(vals) if vals else None
+
+
 def check_graph(graph: dict, helpers: set, where: str) -> None:
     for n in graph["nodes"]:
         check_node(n["op"], n["name"], n["target"], n["args"], helpers, where)

@@ -1,0 +1,57 @@
+"""Grader for kata 13: hand-written attention in Inductor's post-grad ATen graph replaced by one
+scaled_dot_product_attention through torch._inductor.pattern_matcher. Models: models.py; mutants: mutants.py."""
+import torch.fx as fx
+
+from graders.run import Kata, Pass, Run, aten
+
+from .models import BENCHMARK, EXACT_CASES, L1_CASES, hidden_case
+
+KATA = Kata("13_sdpa_pattern")
+
+
+def sdpa_nodes(gm: fx.GraphModule) -> list[str]:
+    """The fused attention ops of an ATen graph (on the CPU, aten._scaled_dot_product_flash_attention_for_cpu)."""
+    return [n.name for n in gm.graph.nodes if n.op == "call_function" and "scaled_dot_product" in str(n.target)]
+
+
+def fused(run: Run) -> dict:
+    """In order: as many new fused attention ops as the model has attention blocks that may be fused, the count
+    returned, meta['val'] on every node, the size symbols neither specialised nor constrained (no new guard)."""
+    expected = run.case.expect
+    new = [name for name in sdpa_nodes(run.gm) if name not in set(sdpa_nodes(run.before))]
+    if len(new) != expected:
+        run.fail(f"after fuse_attention the graph holds {len(new)} new scaled_dot_product_attention op(s); this model "
+                 f"has {expected} attention block(s) that may be fused.")
+    if run.result != expected:
+        run.fail(f"fuse_attention fused {expected} attention block(s) but returned {run.result}.",
+                 "return the number of matches replaced: PatternMatcherPass.apply returns it.", graphs=False)
+    described = aten.val_descriptions(run.gm)
+    bare = [n.name for n in run.gm.graph.nodes if n.op != "output" and n.name not in described]
+    if bare:
+        run.fail(f"after fuse_attention, node(s) {', '.join(bare[:5])} carry no meta['val']: every node of a post-grad "
+                 "graph records the fake tensor it computes, and the passes after yours read it.",
+                 "let the pattern matcher insert the replacement (it traces it on the matched nodes' meta['val']) "
+                 "instead of creating nodes by hand.")
+    before = aten.val_descriptions(run.before)
+    changed = [(n.name, before[n.name], described[n.name]) for n in run.gm.graph.nodes
+               if n.op == "placeholder" and n.name in before and before[n.name] != described.get(n.name)]
+    if changed:
+        name, was, now = changed[0]
+        run.fail(f"after fuse_attention the input {name} is {now}; it was traced as {was}: the pass specialised a "
+                 "size symbol.", "build the replacement from the matched nodes, never from concrete sizes.")
+    added = [g for g in aten.guards(run.gm) if g not in set(run.before.meta.get("guards", []))]
+    if added:
+        run.fail(f"fuse_attention added {len(added)} guard(s) on the size symbols: {'; '.join(added[:3])}. A post-grad "
+                 "pass must keep the graph valid for every size the symbols stand for.",
+                 "do not branch on or compute with concrete sizes in the pattern, the replacement or extra_check.")
+    return {"fused": run.result, "nodes_before": len(run.before.graph.nodes), "nodes_after": len(run.gm.graph.nodes)}
+
+
+FUSE = Pass("fuse_attention", returns=int, verdict=fused, what="the rewritten graph")
+
+KATA.cases(1, L1_CASES, FUSE)
+KATA.cases(2, EXACT_CASES, FUSE)
+KATA.speed("attention_2x8x512x64_speedup", BENCHMARK, FUSE, what="the fused attention", verdict=True,
+           hint="one scaled_dot_product_attention never writes the 512 x 512 score matrices the hand-written form "
+                "writes five times.")
+KATA.hidden(hidden_case, FUSE)

@@ -1,0 +1,45 @@
+"""Kata 13: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant
+
+NO_OP = Mutant("no_op", "    replaced = build_pass().apply(gm.graph)\n", "    replaced = 0\n", caught_at=1)
+DIV_PATTERNS = ("    for search, replace, with_mask in [(attention_div, sdpa_div, False), (attention_mul, sdpa_mul, False),\n"
+                "                                       (attention_div_mask, sdpa_div_mask, True),\n"
+                "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n")
+
+MUTANTS = [
+    NO_OP,
+    Mutant("forgets_recompile", "    gm.graph.lint()\n    gm.recompile()\n", "    gm.graph.lint()\n", caught_at=1),
+    Mutant("returns_whether_changed", "    return replaced\n", "    return int(replaced > 0)\n", caught_at=2),
+    # Only the division: scores * (1/sqrt(d)) is another ATen graph (aten.mul), and so is a masked one.
+    Mutant("division_pattern_only", DIV_PATTERNS, "    for search, replace, with_mask in [(attention_div, sdpa_div, False)]:\n",
+           caught_at=2),
+    Mutant("no_mask_patterns", DIV_PATTERNS,
+           "    for search, replace, with_mask in [(attention_div, sdpa_div, False), (attention_mul, sdpa_mul, False)]:\n",
+           caught_at=2),
+    # SDPA's default scale is 1/sqrt(head dim): right for the usual model, wrong for any other scale.
+    Mutant("replacement_keeps_default_scale",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n",
+           "    return aten.scaled_dot_product_attention(query, key, value)\n", caught_at=2),
+    Mutant("no_extra_check", "                             extra_check=attention_extra_check)\n", "                             )\n",
+           caught_at=2),
+    Mutant("scale_not_checked", "    if isinstance(scale, bool) or not isinstance(scale, (int, float)):\n        return False\n", "",
+           caught_at=2),
+    Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n", caught_at=2),
+    # The mask is added after the scaling in the pattern; with the replacement's mask forgotten, outputs move.
+    Mutant("mask_dropped_in_replacement",
+           "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)\n",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n", caught_at=2),
+    # Scale inverted in the multiplying replacement: right only where scale is its own inverse.
+    # One replacement for all: the unmasked ones pass a mask of zeros, which computes the scores in full again.
+    Mutant("zero_mask_for_unmasked_attention",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n",
+           "    zeros = torch.zeros_like(query @ key.transpose(-2, -1))\n"
+           "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=zeros, scale=1.0 / inv_scale)\n",
+           caught_at=3),
+    # The visible models mask only scores divided by sqrt(d); hidden ones also mask scores multiplied by a scale.
+    Mutant("mask_pattern_for_division_only", "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n",
+           "                                       ]:\n", caught_at=4),
+    Mutant("mul_replacement_inverts_scale",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / scale)\n", caught_at=2),
+]
