@@ -13,8 +13,8 @@
     POST /api/admin/teams               (organiser) {"name": ...}: adds a team, returns its token once
 
 Every upload takes the same steps (`take_upload`): the body is read within its cap; the token, the
-closing time and the rate limit are checked and the upload recorded as the team's (under a lock, one
-short transaction); the archive is unpacked in a worker thread, outside every lock, within its byte and
+closing time and the rate limit are checked and the upload recorded as the team's (under a lock on the
+team's row that every server on the database respects, one short transaction); the archive is unpacked in a worker thread, outside every lock, within its byte and
 time budgets (graders.arena.uploads); then the submission is stored, or the upload marked refused. A
 refused upload counts against the team's rate like a stored one, and one team's upload never holds
 another's acknowledgement. A body is read chunk by chunk, each within the server's read time-out
@@ -58,7 +58,7 @@ class Utf8JSONResponse(JSONResponse):
 
 
 router = APIRouter(prefix="/api", default_response_class=Utf8JSONResponse)
-_submit_lock = threading.Lock()  # the rate limit's count and the upload's row are one step (never held longer)
+_submit_lock = threading.Lock()  # in this process; across servers, Database.lock_team (never held longer)
 
 
 def db_of(request: Request) -> Database:
@@ -170,6 +170,7 @@ def admit_upload(db: Database, token: str | None) -> tuple[int, list[str]]:
         if team is None:
             raise HTTPException(401, "unknown token: use the team token `arena.py team add` printed",
                                 headers={"WWW-Authenticate": "Bearer"})
+        db.lock_team(session, team.id)  # every server on the database: the count below and the row are one step
         c = competition_or_404(db, session)
         if is_closed(c):
             raise HTTPException(403, "the competition is closed: no more submissions")
@@ -199,6 +200,8 @@ def refused_unread(db: Database, token: str | None, reason: str) -> None:
     against the rate of the team whose token the request carries, while the rate allows one more."""
     with _submit_lock, db.session() as session:
         team, c = db.team_by_token(session, token), db.competition(session)
+        if team is not None:
+            db.lock_team(session, team.id)
         if team is not None and c is not None and not is_closed(c) and retry_after(db, session, team, c) is None:
             session.add(Upload(team_id=team.id, created=now(), outcome="refused", reason=reason_text(reason)))
 

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 
 from graders.arena import api, pages
 from graders.arena.db import Database
-from graders.arena.grading import Grader, GradingQueue
+from graders.arena.grading import LEASE, Grader, GradingQueue
 
 log = logging.getLogger("arena")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -67,13 +67,14 @@ class SecurityHeaders:
             await response(scope, receive, sending)
 
 
-def make_app(db: Database, grader: Grader, *, grading_threads: int = 1, read_timeout: float = api.READ_TIMEOUT) -> FastAPI:
-    queue = GradingQueue(db, grader, threads=grading_threads)
+def make_app(db: Database, grader: Grader, *, grading_threads: int = 1, read_timeout: float = api.READ_TIMEOUT,
+             lease: float = LEASE) -> FastAPI:
+    queue = GradingQueue(db, grader, threads=grading_threads, lease=lease)
     stopping = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        queue.start()  # first of all: gradings a killed server left queued or running resume
+        queue.start()  # first of all: gradings left queued, or running under a lease that ran out, resume
         try:
             yield
         finally:

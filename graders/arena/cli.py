@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="submissions graded at once (default 1)")
     serve.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
                        help="an upload whose body stalls this many seconds is cut off with 408 (default 10)")
+    serve.add_argument("--lease", type=float, default=15.0, metavar="S",
+                       help="a server's claim on the submission it grades lasts S seconds unless renewed; another "
+                            "server on the same database takes over a submission only when its lease runs out (default 15)")
     create = commands.add_parser("create", parents=[common], help="create the competition; prints the organiser's token")
     create.add_argument("--kata", action="append", choices=list(KATAS), metavar="KATA", help="a kata (repeatable; default all)")
     create.add_argument("--closes", type=moment, metavar="TIME", help="closing time, UTC (e.g. 2026-12-01T18:00); "
@@ -154,7 +157,7 @@ def serve(db: Database, args) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0, certificates=args.certificates),
-                   grading_threads=args.grading_threads, read_timeout=args.read_timeout)
+                   grading_threads=args.grading_threads, read_timeout=args.read_timeout, lease=args.lease)
     print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.shown_url}).", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
     return 0

@@ -4,7 +4,10 @@ kata's grading result.
 
 The database is the grading queue: a submission is `queued` when stored, `running` while graded and
 `graded` at the end, and a kata's result is one row per (submission, kata), so a server started again
-grades exactly the katas that have no row yet. Tokens are stored only as SHA-256 hashes. Every text of a
+grades exactly the katas that have no row yet. Several servers may share one database: a `running`
+submission names its owner and a lease the owner renews, and a server takes over only what a dead server
+held (its lease ran out); a team's uploads are counted under a lock on its row (`lock_team`), so the rate
+limit holds across servers. Tokens are stored only as SHA-256 hashes. Every text of a
 grading result is valid UTF-8 as it is stored and again as it is read (`valid_text`): an exception's
 message may hold a lone surrogate, which no page or JSON answer could encode; and it names a team's file
 as the team knows it, `NN_name/solution.py`, never by the grading machine's scratch path where the fleet
@@ -27,7 +30,7 @@ import unicodedata
 from contextlib import contextmanager
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, TypeDecorator,
-                        UniqueConstraint, create_engine, event, make_url, select)
+                        UniqueConstraint, create_engine, event, inspect, make_url, select, text, update)
 from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -213,6 +216,10 @@ class Submission(Base):
     katas: Mapped[list] = mapped_column(JSON)             # the katas this submission is graded on
     files_hash: Mapped[str] = mapped_column(String(64))
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # gradings started (a restart adds one)
+    # While `running`: the server grading it and until when its claim holds. The owner renews the lease as it
+    # grades; a server takes over only a submission whose lease ran out (its owner died), never a live one's.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
     total_points: Mapped[float | None] = mapped_column(Float, nullable=True)
     graded_at: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
 
@@ -251,7 +258,26 @@ class Database:
                 cursor.execute("PRAGMA foreign_keys=ON")
                 cursor.close()
         Base.metadata.create_all(self.engine)
+        self._add_missing_columns()
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _add_missing_columns(self) -> None:
+        """Columns added to a table since a database was created (create_all makes only missing tables): a
+        competition's database keeps working after an upgrade."""
+        inspector = inspect(self.engine)
+        with self.engine.begin() as connection:
+            for table in Base.metadata.sorted_tables:
+                have = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name not in have and column.nullable:
+                        kind = column.type.compile(dialect=self.engine.dialect)
+                        connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}'))
+
+    def lock_team(self, session: Session, team_id: int) -> None:
+        """Serialise this transaction with every other that locks the team, in any process on the database:
+        a write to the team's row (PostgreSQL: its row lock; SQLite: the database's write lock), so what is
+        read after it (the rate limit's count) is what every other server has committed."""
+        session.execute(update(Team).where(Team.id == team_id).values(token_hash=Team.token_hash))
 
     @contextmanager
     def session(self):

@@ -6,9 +6,12 @@ finishes; `close()`. `make_grader` makes it: the fleet on the Dask cluster `--cl
 local cluster of its own (one machine, nothing to start). Solution code runs only in sandboxed grading
 workers; this process never imports it.
 
-The queue is the database: a thread takes the oldest queued (or interrupted) submission, grades the
-katas that have no result row yet and stores each result as it comes, so a server killed mid-grading
-and started again grades each remaining kata once and no kata twice.
+The queue is the database: a thread takes the oldest queued submission (or one whose grading server
+died), grades the katas that have no result row yet and stores each result as it comes, so a server killed
+mid-grading and started again grades each remaining kata once and no kata twice. Each server has an id of
+its own; it claims a submission with a lease (`lease` seconds) that a thread renews while it grades. Another
+server on the same database takes the submission over only when the lease has run out: never one a live
+server is grading (before, a starting server re-queued every `running` submission, and two servers graded it).
 
 May import: graders.frame, graders.isolation (the static scan), graders.batch, graders.competition, and
 graders.arena.db.
@@ -17,8 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
+import socket
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -33,6 +39,7 @@ from graders.isolation.scan import scan_source
 log = logging.getLogger("arena")
 OnResult = Callable[[str, str, dict], None]
 MAX_ATTEMPTS = 3  # gradings of one submission that the backend may fail (raise) before its katas count as failed
+LEASE = 15.0  # seconds a server's claim on a submission holds unless renewed (`serve --lease`)
 
 
 class Grader(Protocol):
@@ -91,41 +98,66 @@ class GradingQueue:
     """Background threads that grade queued submissions, oldest first; `changed()` is called after every
     stored result (the pages' live updates follow the database, so they need nothing from here)."""
 
-    def __init__(self, db: Database, grader: Grader, *, threads: int = 1):
-        self.db, self.grader, self.threads = db, grader, threads
+    def __init__(self, db: Database, grader: Grader, *, threads: int = 1, lease: float = LEASE):
+        self.db, self.grader, self.threads, self.lease = db, grader, threads, lease
+        self.owner = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"  # this server, this run
         self.wake, self.stopping = threading.Event(), threading.Event()
         self.workers: list[threading.Thread] = []
         self.claim_lock = threading.Lock()
 
     def start(self) -> None:
-        with self.db.session() as session:  # a grading interrupted by a crash is queued again
-            interrupted = session.execute(update(Submission).where(Submission.status == "running")
-                                          .values(status="queued")).rowcount
-        if interrupted:
-            log.warning("resuming %d interrupted grading(s)", interrupted)
+        if not self.threads:
+            return  # a server that grades nothing claims nothing, and renews no lease
         for n in range(self.threads):
             worker = threading.Thread(target=self.loop, name=f"grading-{n}", daemon=True)
             worker.start()
             self.workers.append(worker)
+        renewer = threading.Thread(target=self.renew_leases, name="leases", daemon=True)
+        renewer.start()
+        self.workers.append(renewer)
+
+    def renew_leases(self) -> None:
+        """Every third of the lease, extend the lease of every submission this server is grading."""
+        while not self.stopping.wait(self.lease / 3):
+            try:
+                with self.db.session() as session:
+                    session.execute(update(Submission).where(Submission.owner == self.owner,
+                                                             Submission.status == "running")
+                                    .values(lease_until=now() + timedelta(seconds=self.lease)))
+            except Exception:  # noqa: BLE001 - a database hiccup: the next round tries again
+                log.exception("renewing this server's leases failed")
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop grading: the grading processes this server started are killed (their submissions stay
-        `running` and are graded again at the next start, from the first kata without a result)."""
+        """Stop grading: the grading processes this server started are killed and their submissions queued
+        again (graded by the next server to claim them, from the first kata without a result)."""
         self.stopping.set()
         self.wake.set()
         stop_children()
         for worker in self.workers:
             worker.join(timeout)
+        try:  # what this server was grading is queued again at once, for whichever server runs next
+            with self.db.session() as session:
+                session.execute(update(Submission).where(Submission.owner == self.owner, Submission.status == "running")
+                                .values(status="queued", lease_until=None))
+        except Exception:  # noqa: BLE001 - the database is gone too: the lease runs out instead
+            log.exception("queueing this server's gradings again failed")
         self.grader.close()
 
     def claim(self) -> int | None:
-        """The oldest queued submission, marked running (atomically: one thread, one process claims it)."""
+        """The oldest submission that is queued, or running under a lease that ran out (its server died),
+        marked running as this server's with a fresh lease (atomically: one thread, one server claims it)."""
         with self.claim_lock, self.db.session() as session:
-            for sid in session.scalars(select(Submission.id).where(Submission.status == "queued")
-                                       .order_by(Submission.id).limit(5)):
-                claimed = session.execute(update(Submission).where(Submission.id == sid, Submission.status == "queued")
-                                          .values(status="running", attempts=Submission.attempts + 1)).rowcount
+            moment = now()
+            free = (Submission.status == "queued") | ((Submission.status == "running") & (
+                Submission.lease_until.is_(None) | (Submission.lease_until < moment)))
+            for sid, status in session.execute(select(Submission.id, Submission.status).where(free)
+                                               .order_by(Submission.id).limit(5)):
+                claimed = session.execute(update(Submission).where(Submission.id == sid, free).values(
+                    status="running", attempts=Submission.attempts + 1, owner=self.owner,
+                    lease_until=moment + timedelta(seconds=self.lease))).rowcount
                 if claimed:
+                    if status == "running":
+                        log.warning("submission %s: its grading server stopped renewing its lease; grading the rest", sid)
                     return sid
         return None
 

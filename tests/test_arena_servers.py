@@ -1,0 +1,113 @@
+"""Several arena servers on one database, as a service that scales out runs them: each submission is graded
+by one server at a time (a server takes over only what a dead server held: graders/arena/grading.py, the
+lease), and a team's rate limit holds across servers (graders/arena/db.py, `lock_team`). Real server
+processes on 127.0.0.1, one SQLite file between them."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from arena_support import Server, add_team, create, solution, tar_of
+
+# The reference's 04_dce, except that graded by server "a" (its files staged under a/server-tmp/, the
+# server's TMPDIR) it waits: a grading that lasts until that server is killed. Server "b" grades it at once.
+HANGS_ON_A = solution("04_dce") + b'''
+
+import time as _time
+
+_eliminate = eliminate_dead_code
+
+
+def eliminate_dead_code(gm):
+    if "/a/server-tmp/" in __file__:
+        _time.sleep(600)
+    return _eliminate(gm)
+'''
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started: list[Server] = []
+
+    def start(db: str, name: str, *args: str) -> Server:
+        server = Server(db, tmp_path / name, *args)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:  # passed or failed
+        server.stop()
+
+
+def row(db_file, sql: str, *args):
+    with sqlite3.connect(db_file) as connection:
+        return connection.execute(sql, args).fetchone()
+
+
+def test_a_live_servers_grading_is_never_taken_over_and_a_dead_ones_is_taken_over_once(tmp_path, servers):
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
+    team = add_team(db, "Otter")
+    first = servers(db, "a", "--lease", "2")
+    assert first.submit(team, tar_of([("04_dce/solution.py", HANGS_ON_A, "file")])).status == 201
+    first.wait_for(lambda: row(db_file, "select status from submission where id = 1")[0] == "running", 120,
+                   "the first server claiming the submission")
+    owner = row(db_file, "select owner from submission where id = 1")[0]
+    second = servers(db, "b", "--lease", "2")  # before: a starting server queued every running submission again
+    time.sleep(6)  # three leases: the first server renews its own; the second finds nothing free to claim
+    assert row(db_file, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
+    assert row(db_file, "select count(*) from kata_result")[0] == 0
+
+    first.kill()  # mid-grading: its lease runs out, and the second server takes the submission over
+    second.wait_for(lambda: row(db_file, "select status from submission where id = 1")[0] == "graded", 300,
+                    "the second server grading what the first left")
+    status, attempts, new_owner = row(db_file, "select status, attempts, owner from submission where id = 1")
+    assert (status, attempts) == ("graded", 2) and new_owner != owner
+    assert row(db_file, "select count(*) from kata_result")[0] == 1  # the one kata, once
+    assert "stopped renewing its lease" in second.log.read_text()
+    assert "stored already" not in first.log.read_text() + second.log.read_text()
+
+
+def test_the_rate_limit_holds_across_servers(tmp_path, servers):
+    """Uploads sent at once to two servers on one database: the team's limit (3) counts them all. Before, each
+    server counted under a lock of its own process, and two servers let 4 or more through."""
+    db_file = tmp_path / "arena.db"
+    db = f"sqlite:///{db_file}"
+    create(db, "--kata", "04_dce", "--rate", "3/600")
+    team = add_team(db, "Heron")
+    both = [servers(db, name, "--grading-threads", "0") for name in ("a", "b")]
+    archive = tar_of([("04_dce/solution.py", solution("04_dce"), "file")])
+    statuses: list[int] = []
+    gate = threading.Barrier(12)
+
+    def send(server: Server) -> None:
+        gate.wait()
+        statuses.append(server.submit(team, archive).status)
+
+    senders = [threading.Thread(target=send, args=(both[n % 2],)) for n in range(12)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(120)
+    assert sorted(statuses) == [201] * 3 + [429] * 9, statuses
+    assert row(db_file, "select count(*) from submission")[0] == 3
+
+
+def test_a_database_made_before_the_leases_gets_their_columns(tmp_path):
+    """A competition's database created by an earlier version keeps working: create_all makes only missing
+    tables, so the columns added since (a submission's owner and lease) are added on opening."""
+    from graders.arena.db import Database
+
+    db_file = tmp_path / "old.db"
+    with sqlite3.connect(db_file) as connection:
+        connection.execute("create table submission (id integer primary key, team_id integer, created datetime, "
+                           "status varchar(16), katas json, files_hash varchar(64), attempts integer, "
+                           "total_points float, graded_at datetime)")
+        connection.execute("insert into submission (id, team_id, status, katas, files_hash, attempts) "
+                           "values (1, 1, 'running', '[]', 'x', 1)")
+    Database(f"sqlite:///{db_file}")
+    assert row(db_file, "select status, owner, lease_until from submission where id = 1") == ("running", None, None)
