@@ -263,3 +263,94 @@ def fake_mode_of(value) -> Any:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return value.fake_mode if isinstance(value, FakeTensor) else None
+
+
+def functionalized_graph(fn: Callable, args: tuple, *, tracing_mode: str = "fake") -> torch.fx.GraphModule:
+    """`fn` functionalized with its mutations removed (torch.func.functionalize(fn, remove="mutations")) and traced
+    by make_fx to an ATen graph: every op out of place, a mutation of an input written back by a trailing `copy_`.
+    Every node carries `meta['val']`; with "symbolic" tracing every dimension is a size symbol (equal sizes one
+    symbol) and `gm.shape_env` holds the guards."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(torch.func.functionalize(fn, remove="mutations"), tracing_mode=tracing_mode)(*args)
+
+
+def shape_env_of(gm: torch.fx.GraphModule):
+    """The ShapeEnv of a symbolically traced graph (make_fx keeps it as `gm.shape_env`), or None."""
+    return getattr(gm, "shape_env", None)
+
+
+def guards_text(shape_env) -> list[str]:
+    """The guards a ShapeEnv has recorded so far, each as its expression's text."""
+    return [str(guard.expr) for guard in shape_env.guards] if shape_env is not None else []
+
+
+def fake_inputs(specs: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]], symbolic: bool) -> tuple[Any, list]:
+    """A FakeTensorMode and one fake tensor per (sizes, strides, dtype) in `specs`, made as make_fx makes its
+    inputs: with `symbolic`, every dimension a size symbol in a fresh ShapeEnv (equal sizes one symbol)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if not symbolic:
+        mode = FakeTensorMode()
+        return mode, [mode.from_tensor(torch.empty_strided(s, st, dtype=d)) for s, st, d in specs]
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    return mode, [mode.from_tensor(torch.empty_strided(s, st, dtype=d), static_shapes=False,
+                                   source=ConstantSource(f"input{i}")) for i, (s, st, d) in enumerate(specs)]
+
+
+def torch_reinplace(gm: torch.fx.GraphModule, args: tuple) -> torch.fx.GraphModule:
+    """torch's own reinplacing pass (torch.fx.passes.reinplace) on `gm`, in place, from sample `args`."""
+    from torch.fx.passes.reinplace import reinplace
+
+    return reinplace(gm, *args)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Symbolic fake inputs (kata 13): chosen dimensions symbolic, the rest static, as Inductor's graphs see them
+
+USED += [
+    ("torch._subclasses.fake_tensor", "FakeTensorMode.__init__", ("self", "shape_env", "allow_non_fake_inputs")),
+    ("torch._subclasses.fake_tensor", "FakeTensorMode.from_tensor", ("self", "tensor", "symbolic_context")),
+    ("torch.fx.experimental.symbolic_shapes", "StatelessSymbolicContext", ("dynamic_sizes",)),
+    ("torch.fx.experimental.symbolic_shapes", "ShapeEnv.__init__", ("self",)),
+]
+
+
+def symbolic_fakes(tensors: list, dynamic: list) -> list:
+    """Fake copies of `tensors` in a fresh FakeTensorMode with a ShapeEnv: the dimensions `dynamic[i]` (a set
+    of dimension indices per tensor) become size symbols, equal sizes sharing one (duck sizing), the others
+    stay static. The symbols are named the same way in every process for the same shapes and choices."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    fakes = []
+    for tensor, dims in zip(tensors, dynamic):
+        sizes = [DimDynamic.DUCK if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
+        fakes.append(mode.from_tensor(tensor, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+    return fakes
+
+
+def shape_guards(values) -> list[str] | None:
+    """The guards of the ShapeEnv behind the fake tensors in `values` (a graph's meta['val']s), as text; None
+    where they hold no fake tensor of a mode with a ShapeEnv."""
+    mode = fake_mode(values)
+    env = getattr(mode, "shape_env", None)
+    return None if env is None else [str(guard.expr) for guard in env.guards]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fake tensors of a program's meta['val'] (kata 11)
+
+USED += [("torch._subclasses.fake_tensor", "FakeTensor", ())]
+
+
+def fake_mode_of(value) -> Any:
+    """The FakeTensorMode `value` was made in, where it is a fake tensor; None for anything else (a real tensor,
+    a SymInt, None)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return value.fake_mode if isinstance(value, FakeTensor) else None
