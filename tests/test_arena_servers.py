@@ -1,7 +1,8 @@
 """Several arena servers on one database, as a service that scales out runs them: each submission is graded
 by one server at a time (a server takes over only what a dead server held: graders/arena/grading.py, the
 lease), and a team's rate limit holds across servers (graders/arena/db.py, `lock_team`). Real server
-processes on 127.0.0.1, one SQLite file between them."""
+processes on 127.0.0.1, one database between them: a SQLite file, and a real PostgreSQL server
+(tests/postgres_support.py) where one can be started."""
 from __future__ import annotations
 
 import sqlite3
@@ -9,8 +10,10 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from arena_support import Server, add_team, create, solution, tar_of
+from postgres_support import Postgres
 
 # The reference's 04_dce, except that graded by server "a" (its files staged under a/server-tmp/, the
 # server's TMPDIR) it waits: a grading that lasts until that server is killed. Server "b" grades it at once.
@@ -42,41 +45,58 @@ def servers(tmp_path):
         server.stop()
 
 
-def row(db_file, sql: str, *args):
-    with sqlite3.connect(db_file) as connection:
-        return connection.execute(sql, args).fetchone()
+@pytest.fixture(scope="module")
+def postgres():
+    server = Postgres()
+    yield server
+    server.stop()
 
 
-def test_a_live_servers_grading_is_never_taken_over_and_a_dead_ones_is_taken_over_once(tmp_path, servers):
-    db_file = tmp_path / "arena.db"
-    db = f"sqlite:///{db_file}"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path, postgres) -> str:
+    """A fresh database: a SQLite file, or a database on the module's PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'arena.db'}"
+    if postgres.problem:
+        pytest.skip(postgres.problem)
+    return postgres.database()
+
+
+def row(db: str, sql: str):
+    engine = create_engine(db)
+    try:
+        with engine.connect() as connection:
+            return tuple(connection.execute(text(sql)).fetchone())
+    finally:
+        engine.dispose()
+
+
+def test_a_live_servers_grading_is_never_taken_over_and_a_dead_ones_is_taken_over_once(db, servers):
     create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
     team = add_team(db, "Otter")
     first = servers(db, "a", "--lease", "2")
     assert first.submit(team, tar_of([("04_dce/solution.py", HANGS_ON_A, "file")])).status == 201
-    first.wait_for(lambda: row(db_file, "select status from submission where id = 1")[0] == "running", 120,
+    first.wait_for(lambda: row(db, "select status from submission where id = 1")[0] == "running", 120,
                    "the first server claiming the submission")
-    owner = row(db_file, "select owner from submission where id = 1")[0]
+    owner = row(db, "select owner from submission where id = 1")[0]
     second = servers(db, "b", "--lease", "2")  # before: a starting server queued every running submission again
     time.sleep(6)  # three leases: the first server renews its own; the second finds nothing free to claim
-    assert row(db_file, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
-    assert row(db_file, "select count(*) from kata_result")[0] == 0
+    assert row(db, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
+    assert row(db, "select count(*) from kata_result")[0] == 0
 
     first.kill()  # mid-grading: its lease runs out, and the second server takes the submission over
-    second.wait_for(lambda: row(db_file, "select status from submission where id = 1")[0] == "graded", 300,
+    second.wait_for(lambda: row(db, "select status from submission where id = 1")[0] == "graded", 300,
                     "the second server grading what the first left")
-    status, attempts, new_owner = row(db_file, "select status, attempts, owner from submission where id = 1")
+    status, attempts, new_owner = row(db, "select status, attempts, owner from submission where id = 1")
     assert (status, attempts) == ("graded", 2) and new_owner != owner
-    assert row(db_file, "select count(*) from kata_result")[0] == 1  # the one kata, once
+    assert row(db, "select count(*) from kata_result")[0] == 1  # the one kata, once
     assert "stopped renewing its lease" in second.log.read_text()
     assert "stored already" not in first.log.read_text() + second.log.read_text()
 
 
-def test_the_rate_limit_holds_across_servers(tmp_path, servers):
+def test_the_rate_limit_holds_across_servers(db, servers):
     """Uploads sent at once to two servers on one database: the team's limit (3) counts them all. Before, each
     server counted under a lock of its own process, and two servers let 4 or more through."""
-    db_file = tmp_path / "arena.db"
-    db = f"sqlite:///{db_file}"
     create(db, "--kata", "04_dce", "--rate", "3/600")
     team = add_team(db, "Heron")
     both = [servers(db, name, "--grading-threads", "0") for name in ("a", "b")]
@@ -94,7 +114,7 @@ def test_the_rate_limit_holds_across_servers(tmp_path, servers):
     for sender in senders:
         sender.join(120)
     assert sorted(statuses) == [201] * 3 + [429] * 9, statuses
-    assert row(db_file, "select count(*) from submission")[0] == 3
+    assert row(db, "select count(*) from submission")[0] == 3
 
 
 def test_a_database_made_before_the_leases_gets_their_columns(tmp_path):
@@ -110,4 +130,18 @@ def test_a_database_made_before_the_leases_gets_their_columns(tmp_path):
         connection.execute("insert into submission (id, team_id, status, katas, files_hash, attempts) "
                            "values (1, 1, 'running', '[]', 'x', 1)")
     Database(f"sqlite:///{db_file}")
-    assert row(db_file, "select status, owner, lease_until from submission where id = 1") == ("running", None, None)
+    assert row(f"sqlite:///{db_file}", "select status, owner, lease_until from submission where id = 1") == ("running", None, None)
+
+
+def test_the_documented_postgresql_url_uses_the_driver_the_extra_installs():
+    """docs/organisers.md: `uv sync --extra postgres`, then `--db postgresql://user@host/arena`. SQLAlchemy
+    reads a plain postgresql:// URL with psycopg 3 (before, the docs named psycopg2, and the URL failed with
+    "No module named 'psycopg'"); the extra installs exactly that driver."""
+    import tomllib
+
+    from graders.frame.catalogue import REPO_ROOT
+
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["postgres"]
+    assert any(requirement.startswith("psycopg[binary]") for requirement in extra), extra
+    assert "uv sync --extra postgres" in (REPO_ROOT / "docs" / "organisers.md").read_text()
+    assert create_engine("postgresql://arena@127.0.0.1/arena").dialect.driver == "psycopg"
