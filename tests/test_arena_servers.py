@@ -145,3 +145,52 @@ def test_the_documented_postgresql_url_uses_the_driver_the_extra_installs():
     assert any(requirement.startswith("psycopg[binary]") for requirement in extra), extra
     assert "uv sync --extra postgres" in (REPO_ROOT / "docs" / "organisers.md").read_text()
     assert create_engine("postgresql://arena@127.0.0.1/arena").dialect.driver == "psycopg"
+
+
+def test_three_hundred_open_boards_cost_one_database_read_a_tick(tmp_path):
+    """Every open board holds an event stream (/events). One watcher per server reads the database once a
+    tick and wakes them all (graders/arena/pages.py, BoardChanges): with 300 streams open for 3 s the server
+    reads the board's fingerprint about 6 times, not 300 x 6 (before, each stream read it twice a second, and
+    300 boards slowed the board past a second). A real uvicorn server on 127.0.0.1, real sockets; the count is
+    read from the server's own watcher."""
+    import socket
+
+    import uvicorn
+
+    from arena_support import free_port, http
+    from graders.arena.app import make_app
+    from graders.arena.db import Database
+    from graders.arena.grading import NoGrader
+
+    app = make_app(Database(f"sqlite:///{tmp_path / 'arena.db'}"), NoGrader(), grading_threads=0)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    streams: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(300):
+            stream = socket.create_connection(("127.0.0.1", port), timeout=30)
+            stream.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            streams.append(stream)
+        for stream in streams:  # each is open and has had the board's state
+            seen = b""
+            while b"event: board" not in seen:
+                chunk = stream.recv(4096)
+                assert chunk, "a stream closed before its first event"
+                seen += chunk
+        changes = app.state.board_changes
+        assert changes.listeners == 300
+        before = changes.reads
+        time.sleep(3)
+        reads = changes.reads - before
+        assert 2 <= reads <= 10, reads  # one read a tick (0.5 s) for all 300
+        assert http(f"http://127.0.0.1:{port}/api/board").status in (200, 404)  # answered (no competition made)
+    finally:
+        for stream in streams:
+            stream.close()
+        server.should_exit = True
+        thread.join(30)

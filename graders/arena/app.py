@@ -10,6 +10,7 @@ May import: graders.arena (db, grading, api, pages).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from contextlib import asynccontextmanager
@@ -75,14 +76,17 @@ def make_app(db: Database, grader: Grader, *, grading_threads: int = 1, read_tim
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         queue.start()  # first of all: gradings left queued, or running under a lease that ran out, resume
+        watcher = asyncio.create_task(app.state.board_changes.run(stopping))
         try:
             yield
         finally:
             stopping.set()
+            watcher.cancel()
             queue.stop()
 
     app = FastAPI(title="fx-katas arena", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.db, app.state.queue, app.state.stopping, app.state.read_timeout = db, queue, stopping, read_timeout
+    app.state.board_changes = pages.BoardChanges(db)  # the live board's one watcher of the database
     app.include_router(api.router)
     app.include_router(pages.router)
 
