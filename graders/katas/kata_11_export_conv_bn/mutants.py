@@ -1,0 +1,69 @@
+"""Kata 11: plausible wrong solutions, each caught at the level that should catch it."""
+from graders.run import Mutant
+
+DOC = '    """A new program with every foldable convolution -> BatchNorm pair folded; `ep` is left as it was."""\n'
+NEW_WEIGHT = '''        conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
+                     parameter(f"{name.rpartition('.')[0] or name}.bias_folded", bias), *conv.args[3:])
+'''
+NO_OP = Mutant("no_op", DOC, DOC + "    return ep\n", caught_at=1)
+
+MUTANTS = [
+    NO_OP,
+    Mutant("eps_dropped", "torch.rsqrt(var.double() + eps)", "torch.rsqrt(var.double())", caught_at=1),
+    # Rewrites the caller's graph instead of a copy: the result is right, the given program is not.
+    Mutant("edits_the_given_graph", "graph = copy.deepcopy(ep.graph)", "graph = ep.graph", caught_at=1),
+    # Writes the folded weight into the caller's tensor instead of a new parameter.
+    Mutant("writes_into_the_given_state", NEW_WEIGHT,
+           "        ep.state_dict[name].data.copy_(weight)\n" + NEW_WEIGHT, caught_at=1),
+    # lift_constants_pass inserts before the first user input; appending after it breaks torch.export's order.
+    Mutant("parameters_after_user_inputs", "        with graph.inserting_before(after_parameters):",
+           "        with graph.inserting_after(placeholders[-1]):", caught_at=1),
+    Mutant("state_dict_entry_not_a_parameter", "state_dict[target] = nn.Parameter(value, requires_grad=False)",
+           "state_dict[target] = value", caught_at=1),
+    Mutant("keeps_dead_bn_state", "        if not node.users and node not in unread and specs[node].kind in STATE:",
+           "        if False:", caught_at=1),
+    Mutant("drops_state_but_keeps_its_entry", "        state_dict={k: v for k, v in state_dict.items() if k in kept},",
+           "        state_dict=state_dict,", caught_at=1),
+    Mutant("fake_tensor_from_a_new_fake_mode", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
+           'node.meta["val"] = type(fake_mode)().from_tensor(value, static_shapes=True)', caught_at=1),
+    Mutant("real_tensor_as_meta_val", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
+           'node.meta["val"] = value', caught_at=1),
+    Mutant("folds_only_the_first_pair", "        graph.erase_node(bn)\n", "        graph.erase_node(bn)\n        break\n",
+           caught_at=1),
+    Mutant("output_spec_not_renamed", "    output_specs = [replace(s, arg=TensorArgument(out.name))",
+           "    output_specs = [replace(s, arg=s.arg)", caught_at=2),
+    Mutant("folds_multi_user_conv", "conv.target is CONVOLUTION and len(conv.users) == 1)",
+           "conv.target is CONVOLUTION)", caught_at=2),
+    Mutant("folds_through_a_relu", "    conv = bn.args[0]\n",
+           "    conv = bn.args[0]\n    while conv.target is aten.relu.default:\n        conv = conv.args[0]\n",
+           caught_at=2),
+    Mutant("folds_transposed_conv", "    if conv.args[6]:  # transposed", "    if False:  # transposed", caught_at=2),
+    # Any batch_norm op, whatever outputs are read: the training-mode one's args are (input, weight, bias, mean,
+    # var, training, momentum, eps), and its outputs 3 and 4 are the running statistics written back.
+    Mutant("folds_any_batch_norm", """        if bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
+            continue
+        if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in bn.users):
+            continue  # only the normalised output may be read (a loaded program has getitems for all three)
+""", """        if "batch_norm" not in str(bn.target):
+            continue
+""", caught_at=2),
+    # Folds into the convolution's own weight parameter: a second convolution reading it changes too.
+    Mutant("folds_into_the_shared_weight", NEW_WEIGHT,
+           "        state_dict[name] = nn.Parameter(weight, requires_grad=False)\n"
+           "        conv.args = (conv.args[0], conv.args[1],\n"
+           "                     parameter(f\"{name.rpartition('.')[0] or name}.bias_folded\", bias), *conv.args[3:])\n",
+           caught_at=2),
+    # A contiguous folded weight: the outputs agree, but a channels_last convolution now computes another layout
+    # than its meta['val'] records.
+    Mutant("contiguous_folded_weight", "    return weight.to(dtype), bias.to(dtype)",
+           "    return weight.to(dtype).contiguous(), bias.to(dtype)", caught_at=2),
+    Mutant("meta_val_in_float32", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
+           'node.meta["val"] = fake_mode.from_tensor(value.float(), static_shapes=True)', caught_at=2),
+    Mutant("drops_range_constraints", "        range_constraints=ep.range_constraints,", "        range_constraints={},",
+           caught_at=2),
+    # "A program with a BN in training mode is no inference program": but the other pairs of a model whose one BN
+    # is frozen in training mode still fold (the hidden models mix them).
+    Mutant("leaves_any_program_with_a_training_bn", DOC,
+           DOC + "    if any(n.target is aten._native_batch_norm_legit_functional.default for n in ep.graph.nodes):\n"
+           "        return ep\n", caught_at=4),
+]
