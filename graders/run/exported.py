@@ -8,12 +8,16 @@ the run path's checks of a program a pass returned.
 - `settle(...)` is what `apply` does with a pass's program: the guards compared with the given program's
   (a pass may not add or change one; a worker's are only text until then), the program's module built;
 - `assert_program_sound(...)` is a verdict's check that the program validates, keeps its signature's
-  promises and carries `meta['val']` on every node.
+  promises and carries `meta['val']` on every node; `assert_fake_propagation(...)`, that those are fake tensors
+  of the graph's own fake mode and what the graph computes; `assert_program_unchanged(...)`, that the program
+  a pass was given is as it was.
 
 May import: graders.frame, graders.isolation (torch_private, records.programs).
 """
 from __future__ import annotations
 
+import copy
+import operator
 from typing import Any, Callable
 
 import torch
@@ -106,3 +110,93 @@ def assert_program_sound(program: ExportedProgram, function: str, hint: str = ""
         raise CheckFailed(f"in the program {function} returned, node(s) {', '.join(missing[:5])} carry no "
                           "meta['val']: every node of an exported program records the fake tensor it computes, "
                           f"and later passes read it.{suffix}")
+
+
+def program_text(program: ExportedProgram) -> list[str]:
+    """A program as comparable text: each node (but a getitem nobody reads: a saved and loaded copy adds them for
+    the unused outputs of a multi-output op), the signature and the range constraints."""
+    nodes = [f"{n.name} = {n.op}[{n.target}]{n.args}{n.kwargs}" for n in program.graph.nodes
+             if not (n.target is operator.getitem and not n.users)]
+    return nodes + str(program.graph_signature).strip().splitlines() + [f"ranges {program.range_constraints}"]
+
+
+def assert_program_unchanged(given: ExportedProgram, before: ExportedProgram, function: str, hint: str = "") -> None:
+    """The program a pass was given, after the call (`given`), is what it was before (`before`, a copy): its graph,
+    signature, range constraints, state dict and constants. A pass returns a new program; its caller keeps the old."""
+    suffix = f" Hint: {hint}" if hint else ""
+    now, then = program_text(given), program_text(before)
+    if now != then:
+        changed = next((f"`{b}` now reads `{a}`" for a, b in zip(now, then) if a != b),
+                       f"it has {len(now)} lines of graph and signature where it had {len(then)}")
+        raise CheckFailed(f"{function} changed the program it was given: {changed}. A pass over an ExportedProgram "
+                          f"returns a new program and leaves the caller's as it was.{suffix}")
+    for what, old, new in (("state dict", before.state_dict, given.state_dict),
+                           ("constants", before.constants, given.constants)):
+        if set(old) != set(new):
+            raise CheckFailed(f"{function} changed the {what} of the program it was given: it holds "
+                              f"{sorted(new)}, before the call {sorted(old)}.{suffix}")
+        for name, tensor in old.items():
+            if not (isinstance(new[name], torch.Tensor) and type(new[name]) is type(tensor)
+                    and new[name].dtype == tensor.dtype and new[name].shape == tensor.shape
+                    and torch.equal(new[name], tensor)):
+                raise CheckFailed(f"{function} changed `{name}` in the {what} of the program it was given (its "
+                                  "values, shape, dtype or class): the caller's program computes something else "
+                                  f"now.{suffix}")
+
+
+def _described(value) -> str:
+    """A meta['val'] as text: shape, dtype and strides of each tensor (symbolic sizes as their expressions)."""
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {value.dtype} strides {tuple(value.stride())}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_described(v) for v in value) + ")"
+    return repr(value)
+
+
+def _tensors(value) -> list:
+    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def assert_fake_propagation(program: ExportedProgram, function: str, hint: str = "") -> None:
+    """Every tensor in a node's meta['val'] is a fake tensor of the graph's own fake mode (its user inputs'), and
+    running the graph on its placeholders' fake tensors (FakeTensorProp, on a copy) reproduces every node's
+    meta['val']: shape, dtype and strides. Later passes, and torch.export's own, read meta['val'] as the truth."""
+    suffix = f" Hint: {hint}" if hint else ""
+    nodes = list(program.graph.nodes)
+    user_inputs = set(program.graph_signature.user_inputs)
+    own = next((m for n in nodes if n.name in user_inputs for t in _tensors(n.meta.get("val"))
+                if (m := torch_private.fake_mode_of(t)) is not None), None)
+    for node in nodes:
+        for t in _tensors(node.meta.get("val")):
+            mode = torch_private.fake_mode_of(t)
+            if mode is None or (own is not None and mode is not own):
+                made = "a real tensor, not a fake one" if mode is None else \
+                    "a fake tensor of another FakeTensorMode than the graph's (its user inputs')"
+                raise CheckFailed(f"in the program {function} returned, node {node.name}'s meta['val'] is {made}: "
+                                  "meta['val'] records what a node computes as a fake tensor of the graph's own "
+                                  f"fake mode, so that shapes, symbolic sizes included, stay one system.{suffix}")
+    lifted = {s.arg.name: s.target for s in program.graph_signature.input_specs
+              if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR")}
+    for node in nodes:
+        tensor = program.state_dict.get(lifted.get(node.name), program.constants.get(lifted.get(node.name)))
+        if isinstance(tensor, torch.Tensor) and _described(node.meta.get("val")) != _described(tensor):
+            raise CheckFailed(f"in the program {function} returned, placeholder {node.name}'s meta['val'] is "
+                              f"{_described(node.meta.get('val'))}, but the tensor it stands for "
+                              f"({lifted[node.name]!r}) is {_described(tensor)}: a placeholder's meta['val'] is its "
+                              f"tensor's fake twin.{suffix}")
+    if own is None:
+        return
+    graph = copy.deepcopy(program.graph)  # nodes of its own (meta copied shallowly): the program keeps its meta
+    placeholders = [n.meta.get("val") for n in nodes if n.op == "placeholder"]
+    try:
+        torch_private.propagate_fake(fx.GraphModule(program.graph_module, graph), placeholders, own)
+    except Exception as exc:  # noqa: BLE001 - the graph does not run on its own fake tensors
+        raise CheckFailed(f"running the program {function} returned on its placeholders' fake tensors (FakeTensorProp) "
+                          f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}: a node's "
+                          f"arguments do not fit the op, or a placeholder's meta['val'] is not its tensor's.{suffix}")
+    for node, copied in zip(nodes, graph.nodes):
+        if node.op == "call_function" and _described(node.meta.get("val")) != _described(copied.meta.get("val")):
+            raise CheckFailed(f"in the program {function} returned, node {node.name}'s meta['val'] is "
+                              f"{_described(node.meta.get('val'))}, but running the graph on its placeholders' fake "
+                              f"tensors gives {_described(copied.meta.get('val'))} there: meta['val'] must be what "
+                              f"the node computes (shape, dtype and strides).{suffix}")
