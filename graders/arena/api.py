@@ -42,7 +42,7 @@ from sqlalchemy import func, select, update
 
 from graders.arena import uploads
 from graders.competition.store import files_hash
-from graders.arena.board import iso, redact_summary, results_of, standings
+from graders.arena.board import frozen, iso, redact_summary, results_of, standings
 from graders.arena.db import (Database, NameRefused, NameTaken, Submission, SubmittedFile, Team, Upload, now,
                               token_hash, valid_text)
 
@@ -91,14 +91,16 @@ def competition_json(db: Database) -> dict:
         return out
 
 
-def board_json(db: Database, kata: str | None = None) -> dict:
-    """The ranked rows; `open` says whether uploads are taken now (not closed, not past the closing time)."""
+def board_json(db: Database, kata: str | None = None, token: str | None = None) -> dict:
+    """The ranked rows; `open` says whether uploads are taken now (not closed, not past the closing time);
+    `frozen_at` when the public board stopped moving (the organiser's token reads the live board)."""
     with db.session() as session:
         c = competition_or_404(db, session)
         if kata is not None and kata not in c.katas:
             raise HTTPException(404, f"no kata {kata!r} in this competition")
+        live = db.is_organiser(session, token)
         return {"closed": c.closed, "open": not is_closed(c), "katas": c.katas, "kata": kata,
-                "rows": standings(session, c, kata)}
+                "frozen_at": iso(frozen(c)), "live": live or not frozen(c), "rows": standings(session, c, kata, live=live)}
 
 
 def team_json(db: Database, name: str, token: str | None) -> dict:
@@ -110,7 +112,8 @@ def team_json(db: Database, name: str, token: str | None) -> dict:
             raise HTTPException(404, "no such team")
         mine = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
         history = [{"id": s.id, "created": iso(s.created), "status": s.status, "katas": s.katas,
-                    "points": s.total_points if s.status == "graded" or mine else None, "graded_at": iso(s.graded_at)}
+                    "points": s.total_points if (s.status == "graded" and not after_freeze(c, s)) or mine else None,
+                    "graded_at": iso(s.graded_at), "excluded": (s.excluded if mine else True) if s.excluded else False}
                    for s in session.scalars(select(Submission).where(Submission.team_id == team.id).order_by(Submission.id.desc()))]
         row = next((r for r in standings(session, c) if r["team"] == name), None)
         return {"team": name, "row": row, "submissions": history, "closed": c.closed}
@@ -133,7 +136,7 @@ def submission_json(db: Database, sid: int, token: str | None) -> dict:
         team = session.get(Team, s.team_id)
         owner = db.is_organiser(session, token) or (token is not None and team.token_hash == token_hash(token))
         results = results_of(session, sid)
-        visible = owner or s.status == "graded"
+        visible = owner or (s.status == "graded" and not after_freeze(c, s))  # a frozen board's secret too
         katas = {k: redact_summary(r, closed=c.closed, detailed=owner) for k, r in results.items()} if visible else {}
         row = next((r for r in standings(session, c) if r["team"] == team.name), None)
         return {"id": s.id, "team": team.name, "status": s.status, "created": iso(s.created), "katas_graded": katas,
@@ -141,7 +144,13 @@ def submission_json(db: Database, sid: int, token: str | None) -> dict:
                 "files": [f.path for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))] if owner else None,
                 "attempts": s.attempts if owner else None, "rank": row["rank"] if row else None,
                 "team_points": row["points"] if row else None, "of": len(standings(session, c)), "mine": owner,
-                "closed": c.closed}
+                "closed": c.closed, "excluded": (s.excluded if owner else True) if s.excluded else False}
+
+
+def after_freeze(competition, submission: Submission) -> bool:
+    """Made after the public board froze: its points are its team's (and the organiser's) until the close."""
+    moment = frozen(competition)
+    return moment is not None and submission.created >= moment
 
 
 def retry_after(db: Database, session, team: Team, competition) -> int | None:
@@ -324,12 +333,12 @@ def get_competition(request: Request):
 
 @router.get("/board")
 def get_board(request: Request):
-    return board_json(db_of(request))
+    return board_json(db_of(request), token=bearer(request))
 
 
 @router.get("/katas/{kata}")
 def get_kata_board(request: Request, kata: str):
-    return board_json(db_of(request), kata)
+    return board_json(db_of(request), kata, bearer(request))
 
 
 @router.get("/teams/{name:path}")  # a name may hold a `/` (encoded %2F, which the path arrives decoded)
@@ -398,7 +407,7 @@ async def admin_add_team(request: Request):
     """The organiser first (401, 403), then the body: a JSON object {"name": ...} (400 otherwise); the name is
     normalised and refused as `arena.py team add` does (db.Database.add_team; 409 when it reads like a team's)."""
     db = db_of(request)
-    await run_in_threadpool(_organiser, request)
+    await run_in_threadpool(require_organiser, request)
     body = await read_body(request, MAX_ADMIN_BODY)
     try:
         payload = json.loads(body)
@@ -415,7 +424,7 @@ async def admin_add_team(request: Request):
     return {"team": name, "token": token}
 
 
-def _organiser(request: Request) -> None:
+def require_organiser(request: Request) -> None:
     with db_of(request).session() as session:
         organiser_only(request, session)
 

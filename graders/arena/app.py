@@ -6,7 +6,7 @@ that lets a page load only this site's own script, style and connections (the pa
 or style), the answer to a request that failed (500) too. An error is a sentence: under /api/ as JSON
 ({"detail": "..."}), on a page as a small HTML page (graders.arena.pages.error_page), its status kept.
 
-May import: graders.arena (db, grading, api, pages).
+May import: graders.arena (db, grading, api, controls, pages).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from graders.arena import api, pages
+from graders.arena import api, controls, pages
 from graders.arena.db import Database
 from graders.arena.grading import LEASE, Grader, GradingQueue
 
@@ -88,6 +88,7 @@ def make_app(db: Database, grader: Grader, *, grading_threads: int = 1, read_tim
     app.state.db, app.state.queue, app.state.stopping, app.state.read_timeout = db, queue, stopping, read_timeout
     app.state.board_changes = pages.BoardChanges(db)  # the live board's one watcher of the database
     app.include_router(api.router)
+    app.include_router(controls.router)
     app.include_router(pages.router)
 
     @app.exception_handler(HTTPException)

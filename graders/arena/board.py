@@ -66,12 +66,21 @@ def as_run(team: str, submission: Submission, katas: dict[str, dict]) -> dict:
             "timestamp": iso(submission.created) if submission else None}
 
 
-def counted(session: Session, competition: Competition) -> dict[str, tuple[Submission | None, Submission | None]]:
+def frozen(competition: Competition):
+    """When the public board stopped moving (graders/arena/controls.py), or None: never, or closed since."""
+    return None if competition.closed else competition.frozen_at
+
+
+def counted(session: Session, competition: Competition, *, live: bool = True) -> dict[str, tuple[Submission | None, Submission | None]]:
     """Per team that has submitted: (the submission that counts now, its latest submission). Until the
-    close the latest graded one counts; at the close each team's last submission."""
+    close the latest graded one counts; at the close each team's last submission. An excluded submission
+    counts for nothing; on a frozen board (not `live`) neither does one made after the freeze."""
     teams = {t.id: t.name for t in session.scalars(select(Team))}
+    cutoff = None if live else frozen(competition)
     out: dict[str, tuple] = {}
     for s in session.scalars(select(Submission).order_by(Submission.id)):
+        if s.excluded is not None or (cutoff is not None and s.created >= cutoff):
+            continue
         best, _ = out.get(teams[s.team_id], (None, None))
         out[teams[s.team_id]] = (s if s.status == "graded" else best, s)
     if competition.closed:
@@ -79,11 +88,11 @@ def counted(session: Session, competition: Competition) -> dict[str, tuple[Submi
     return out
 
 
-def standings(session: Session, competition: Competition, kata: str | None = None) -> list[dict]:
+def standings(session: Session, competition: Competition, kata: str | None = None, *, live: bool = False) -> list[dict]:
     """The board's rows, ranked by graders.competition.ranking.ranking_key (for one kata: the same key over
-    that kata alone)."""
+    that kata alone). `live`: the organiser's board, which a freeze does not stop."""
     runs, graded = [], {}
-    for team, (submission, latest) in counted(session, competition).items():
+    for team, (submission, latest) in counted(session, competition, live=live).items():
         if submission is not None:
             graded[submission.id] = iso(submission.graded_at)  # when its grading finished (None: not yet)
         katas = results_of(session, submission.id) if submission and submission.status == "graded" else {}

@@ -3,9 +3,12 @@
     uv run graders/arena.py create --kata 03_conv_bn --kata 04_dce --closes 2026-12-01T18:00 --rate 5/600
     uv run graders/arena.py team add "Team A" "Team B" # prints each team's token, once
     uv run graders/arena.py serve [--host 127.0.0.1] [--port 8000] [--cluster tls://HOST:8786 --certificates DIR] [--read-timeout S]
+    uv run graders/arena.py freeze [--at TIME]        # the public board stops moving (unfreeze; the close reveals)
+    uv run graders/arena.py exclude ID --reason TEXT  # a submission counts for nothing (include ID takes it back)
+    uv run graders/arena.py announce TEXT             # a message to every team, on the board (log: every control)
     uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
 
-May import: graders.frame, graders.arena (db, grading, app, board).
+May import: graders.frame, graders.arena (db, grading, app, board, controls).
 """
 from __future__ import annotations
 
@@ -74,6 +77,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     team_commands = team.add_subparsers(dest="team_command", required=True)
     add = team_commands.add_parser("add", parents=[common], help="add teams; prints each one's token once (only a hash is kept)")
     add.add_argument("name", nargs="+", help="a team's name (several: one team each)")
+    freeze = commands.add_parser("freeze", parents=[common], help="freeze the public board (teams still see their own "
+                                 "results; the organiser's board stays live; the close reveals)")
+    freeze.add_argument("--at", type=moment, metavar="TIME", help="from this time, UTC (default now)")
+    commands.add_parser("unfreeze", parents=[common], help="let the public board move again")
+    exclude = commands.add_parser("exclude", parents=[common], help="disqualify or ignore a submission: it counts for nothing")
+    exclude.add_argument("submission", type=int, metavar="ID")
+    exclude.add_argument("--reason", required=True, help="why (shown to the submission's team and logged)")
+    include = commands.add_parser("include", parents=[common], help="take a submission's exclusion back")
+    include.add_argument("submission", type=int, metavar="ID")
+    announce = commands.add_parser("announce", parents=[common], help="a message to every team, on the board")
+    announce.add_argument("text")
+    commands.add_parser("log", parents=[common], help="every control the organiser applied, oldest first")
     close = commands.add_parser("close", parents=[common], help="close: export results/ and LEADERBOARD.md, publish the seed")
     close.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     close.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md")
@@ -172,4 +187,38 @@ def main(argv=None) -> int:
         return create(db, args)
     if args.command == "team":
         return max(add_team(db, name) for name in args.name)
+    if args.command in CONTROLS:
+        return control(db, args)
     return close(db, args)
+
+
+CONTROLS = ("freeze", "unfreeze", "exclude", "include", "announce", "log")
+
+
+def control(db: Database, args) -> int:
+    """The organiser's controls (graders/arena/controls.py), on the database: a running server follows."""
+    from fastapi import HTTPException
+
+    from graders.arena import controls
+
+    try:
+        if args.command == "freeze":
+            print(f"The public board is frozen from {controls.freeze(db, args.at).isoformat(timespec='seconds')} UTC.")
+        elif args.command == "unfreeze":
+            controls.unfreeze(db)
+            print("The public board moves again.")
+        elif args.command == "exclude":
+            controls.exclude(db, args.submission, args.reason)
+            print(f"Submission #{args.submission} is excluded: it counts for nothing.")
+        elif args.command == "include":
+            controls.include(db, args.submission)
+            print(f"Submission #{args.submission} counts again.")
+        elif args.command == "announce":
+            print(f"Announcement #{controls.announce(db, args.text)} is on the board.")
+        else:
+            for entry in controls.log(db):
+                print(f"{entry['at']}  {entry['action']:<10} {entry['target'] or ''}  {entry['reason'] or ''}".rstrip())
+    except (controls.ControlRefused, HTTPException) as refused:
+        print(f"Refused: {getattr(refused, 'detail', refused)}.", file=sys.stderr)
+        return 1
+    return 0

@@ -185,6 +185,8 @@ class Competition(Base):
     organiser_hash: Mapped[str] = mapped_column(String(64))
     closed: Mapped[bool] = mapped_column(Boolean, default=False)
     created: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+    # From this moment the public board stops moving (graders/arena/controls.py); the close reveals.
+    frozen_at: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class Team(Base):
@@ -220,6 +222,8 @@ class Submission(Base):
     # grades; a server takes over only a submission whose lease ran out (its owner died), never a live one's.
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lease_until: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
+    # Set by the organiser (disqualified or ignored, with the reason): the submission counts for nothing.
+    excluded: Mapped[str | None] = mapped_column(String(500), nullable=True)
     total_points: Mapped[float | None] = mapped_column(Float, nullable=True)
     graded_at: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
 
@@ -241,6 +245,24 @@ class KataResult(Base):
     points: Mapped[float] = mapped_column(Float)
     summary: Mapped[dict] = mapped_column(TextJSON)       # graders.batch.summary.summarise's dict, scanned
     graded_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+
+
+class Announcement(Base):
+    """A message from the organiser to every team, shown on the board."""
+    __tablename__ = "announcement"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+    text: Mapped[str] = mapped_column(String(2000))
+
+
+class ControlLog(Base):
+    """What the organiser did (freeze, exclude, include, announce, rejudge ...), when, to what and why."""
+    __tablename__ = "control_log"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+    action: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    reason: Mapped[str | None] = mapped_column(String(2000), nullable=True)
 
 
 class Database:

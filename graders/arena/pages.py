@@ -10,7 +10,7 @@ allows only this site's own. When the competition closes the board drops its upl
 seed without a reload. An error on a page (not under /api/) is answered as a small page with its
 sentence, its status kept (`error_page`).
 
-May import: graders.frame, graders.arena (api, graphs, uploads).
+May import: graders.frame, graders.arena (api, controls, graphs, uploads).
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy import func, select
 
+from graders.arena import controls
 from graders.arena.api import (bearer, board_json, competition_json, db_of, is_closed, submission_json, take_upload,
                                team_json)
-from graders.arena.db import KataResult, Submission
+from graders.arena.db import Announcement, KataResult, Submission
 from graders.arena.graphs import split_message, svg
 from graders.frame.levels import LEVELS
 
@@ -111,8 +112,14 @@ async function redraw() {
     cell(tr, typeof r.geomean_speedup === 'number' ? r.geomean_speedup.toFixed(2) + 'x' : '-');
     cell(tr, r.grading ? 'grading…' : ''); fresh.appendChild(tr); }
   body.replaceWith(fresh); document.getElementById('updated').textContent = new Date().toLocaleTimeString();
+  document.getElementById('frozen').textContent = board.frozen_at ? frozenText(board.frozen_at) : '';
+  const said = await (await fetch('/api/announcements', {cache: 'no-store'})).json();
+  const list = document.createElement('ul'); list.id = 'announcements';
+  for (const a of said) { const li = document.createElement('li'); li.textContent = a.at + ': ' + a.text; list.appendChild(li); }
+  document.getElementById('announcements').replaceWith(list);
   if (!board.open) await closed(board);
 }
+function frozenText(at) { return 'The board is frozen since ' + at + ': submissions made since then show at the close.'; }
 const events = new EventSource('/events');
 events.addEventListener('board', () => redraw());
 """
@@ -153,8 +160,12 @@ def board_page(request: Request):
     state = ("closed" if info["closed"] else f"closed for submissions since {e(info['closes_at'])} UTC" if past
              else f"open{' until ' + e(info['closes_at']) + ' UTC' if info['closes_at'] else ''}")
     seed = f"The seed was {info['seed']}." if info.get("seed") is not None else ""
+    frozen = (f"The board is frozen since {e(board['frozen_at'])}: submissions made since then show at the close."
+              if board["frozen_at"] else "")
+    said = "".join(f"<li>{e(a['at'])}: {e(a['text'])}</li>" for a in controls.announcements(db))
     body = (f"<p>Competition <span id='state'>{state}</span>; katas {e(', '.join(board['katas']))}; "
-            f"updated <span id='updated'>now</span>.</p><p id='seed'>{seed}</p>"
+            f"updated <span id='updated'>now</span>.</p><p id='seed'>{seed}</p><p id='frozen'>{frozen}</p>"
+            f"<ul id='announcements'>{said}</ul>"
             f"<div class='wide'><table id='board' data-katas='{e(json.dumps(board['katas']))}'><thead><tr><th>rank</th>"
             f"<th>team</th><th>points</th>{head}<th>geomean speedup</th><th></th>"
             f"</tr></thead><tbody id='rows'>{board_rows(board)}</tbody></table></div>"
@@ -212,8 +223,12 @@ def submission_page(request: Request, sid: int):
     head = (f"<p>Team {team_link(data['team'])}, submitted {e(data['created'])} UTC: <b id='status'>{e(data['status'])}</b>"
             f" ({data['graded']}/{len(data['katas'])} katas graded)"
             + (f", {fmt(data['total_points'])} points" if data["total_points"] is not None else "") + ".</p>")
+    if data["excluded"]:
+        why = f": {e(data['excluded'])}" if isinstance(data["excluded"], str) else ""
+        head += f"<p class='dq' id='excluded'>Excluded by the organiser{why}. It counts for nothing.</p>"
     if not data["katas_graded"] and data["status"] != "graded":
-        head += "<p>Its results are shown to its team while it is graded, and to everyone once graded.</p>"
+        head += ("<p>Its results are shown to its team while it is graded, and to everyone once graded (on a frozen "
+                 "board, at the close).</p>")
     if not data["mine"] and not data["closed"]:
         head += "<p>The failing checks' sentences are shown to the team (and to everyone after the close).</p>"
     elif not data["closed"]:
@@ -246,7 +261,10 @@ def fingerprint(db) -> str:
         counts = session.execute(select(func.count(Submission.id), func.sum(Submission.attempts),
                                         func.count(Submission.graded_at))).one()
         results = session.scalar(select(func.count(KataResult.id)))
-        return f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}-{bool(c and is_closed(c))}"
+        excluded = session.scalar(select(func.count(Submission.id)).where(Submission.excluded.is_not(None)))
+        said = session.scalar(select(func.max(Announcement.id)))
+        return (f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}-{bool(c and is_closed(c))}"
+                f"-{c and c.frozen_at and c.frozen_at.isoformat()}-{excluded}-{said}")
 
 
 class BoardChanges:

@@ -1,0 +1,77 @@
+"""The organiser's controls over a live competition (graders/arena/controls.py), end to end on a real server:
+freeze (the public board stops, teams see their own results, the organiser's board stays live, the close
+reveals), exclude and include a submission with a reason, announcements, the log; from the API and from the
+arena.py commands alike."""
+from __future__ import annotations
+
+import json
+
+from arena_support import Server, add_team, arena, create, http, solution, tar_of
+
+
+def post(server: Server, path: str, token: str | None, payload: dict | None = None):
+    return http(server.url + path, token=token, data=json.dumps(payload or {}).encode(), kind="application/json")
+
+
+def board(server: Server, token: str | None = None) -> dict:
+    return {row["team"]: row["points"] for row in server.get("/api/board", token=token).json()["rows"]}
+
+
+def test_freeze_exclude_announce_and_the_close_that_reveals(tmp_path):
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    organiser = create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
+    red, blue = add_team(db, "Red"), add_team(db, "Blue")
+    server = Server(db, tmp_path).start()
+    try:
+        archive = tar_of([("04_dce/solution.py", solution("04_dce"), "file")])
+        assert server.submit(red, archive).status == 201
+        server.wait_for(lambda: server.get("/api/submissions/1").json()["status"] == "graded", 300, "Red graded")
+
+        assert post(server, "/api/admin/freeze", None).status == 401
+        assert post(server, "/api/admin/freeze", blue).status == 403
+        frozen = post(server, "/api/admin/freeze", organiser)
+        assert frozen.status == 200 and frozen.json()["frozen_at"]
+        assert server.submit(blue, archive).status == 201  # after the freeze
+        server.wait_for(lambda: server.get("/api/submissions/2", token=blue).json()["status"] == "graded", 300,
+                        "Blue graded")
+        public = server.get("/api/board").json()
+        assert public["frozen_at"] == frozen.json()["frozen_at"] and not public["live"]
+        assert board(server) == {"Red": 80.0}                       # Blue's points are the close's secret
+        assert board(server, organiser) == {"Red": 80.0, "Blue": 80.0}  # the organiser's board stays live
+        assert server.get("/api/submissions/2", token=blue).json()["total_points"] == 80.0  # Blue sees its own
+        assert server.get("/api/submissions/2").json()["total_points"] is None
+        assert server.get("/api/submissions/2", token=red).json()["katas_graded"] == {}
+        assert "The board is frozen since" in server.get("/").text
+
+        said = arena("announce", "--db", db, "Kata 04's hidden models are regenerated at 18:00.")
+        assert "is on the board" in said.stdout
+        assert [a["text"] for a in server.get("/api/announcements").json()] == [
+            "Kata 04's hidden models are regenerated at 18:00."]
+        assert "Kata 04&#x27;s hidden models are regenerated" in server.get("/").text
+
+        assert post(server, "/api/admin/submissions/1/exclude", organiser, {}).status == 400  # no reason
+        assert post(server, "/api/admin/submissions/99/exclude", organiser, {"reason": "x"}).status == 404
+        excluded = post(server, "/api/admin/submissions/1/exclude", organiser, {"reason": "copied from Blue"})
+        assert excluded.status == 200
+        assert board(server) == {} and board(server, organiser) == {"Blue": 80.0}
+        assert server.get("/api/submissions/1", token=red).json()["excluded"] == "copied from Blue"
+        assert server.get("/api/submissions/1").json()["excluded"] is True  # others: that it is, not why
+        assert "Excluded by the organiser: copied from Blue" in server.get("/submissions/1", token=red).text
+        assert post(server, "/api/admin/submissions/2/include", organiser).status == 409  # never excluded
+        assert "counts again" in arena("include", "--db", db, "1").stdout
+        assert board(server) == {"Red": 80.0}
+
+        log = server.get("/api/admin/log", token=organiser).json()
+        assert [entry["action"] for entry in log] == ["freeze", "announce", "exclude", "include"]
+        assert log[2]["reason"] == "copied from Blue" and "submission 1 of Red" in log[2]["target"]
+        assert server.get("/api/admin/log", token=red).status == 403
+        assert "exclude" in arena("log", "--db", db).stdout
+
+        arena("close", "--db", db, "--results-dir", str(tmp_path / "results"), "--leaderboard",
+              str(tmp_path / "LEADERBOARD.md"), "--wait", "60")
+        revealed = server.get("/api/board").json()
+        assert revealed["frozen_at"] is None and board(server) == {"Red": 80.0, "Blue": 80.0}
+        assert server.get("/api/submissions/2").json()["total_points"] == 80.0
+        assert post(server, "/api/admin/freeze", organiser).status == 409  # a closed board shows everything
+    finally:
+        server.stop()
