@@ -3,7 +3,11 @@ pickled by cloudpickle (the judge's own objects: models whose classes the grader
 included). Replies are not pickled: the worker sends data the judge loads with torch.load(weights_only=True)
 (graders/isolation/serve.py, graders/isolation/records/).
 
-May import: the standard library, torch, cloudpickle.
+An ATen graph traced on fake inputs (kata 13: graders/run/aten.py) holds fake tensors in its nodes' meta['val'],
+which no pickler can carry: it travels without them and the worker makes them again from
+`gm.meta["fake_inputs"]` (the same size symbols, by name: graders/isolation/torch_private.py).
+
+May import: the standard library, torch, cloudpickle, graders.isolation.torch_private.
 """
 from __future__ import annotations
 
@@ -58,17 +62,56 @@ def _new_graph_module(class_name: str):
 
 def _set_graph_module_state(gm, state: dict) -> None:
     gm.__dict__.update(state)
+    if gm.meta.get("fake_inputs"):
+        _refake(gm)
     gm.recompile()
+
+
+def _without_fakes(gm) -> dict:
+    """The GraphModule's state with a copy of its graph whose nodes keep no fake tensor in their meta."""
+    import copy
+
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        node.meta = {key: value for key, value in node.meta.items() if key in ("stack_trace", "seq_nr")}
+    return {**{k: v for k, v in gm.__dict__.items() if k != "shape_env"}, "_graph": graph}
+
+
+def _op_overload(name: str):
+    """An ATen or prims operator overload by its name ("aten.bmm.default"): cloudpickle cannot pickle one."""
+    import torch
+
+    namespace, packet, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+def _refake(gm) -> None:
+    """meta['val'] on every node again: the graph run on fake inputs made as the judge made them."""
+    import torch
+
+    from graders.isolation import torch_private
+
+    gm.graph = gm.__dict__["_graph"]  # the setter: the copy's owning module is this GraphModule
+    inputs = gm.meta["fake_inputs"]
+    tensors = [torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=device)
+               for shape, stride, dtype, device, _ in inputs]
+    fakes = torch_private.symbolic_fakes(tensors, [set(dims) for *_, dims in inputs])
+    torch_private.propagate_fake(gm, fakes, torch_private.fake_mode(fakes))
 
 
 def dumps_request(request: dict) -> bytes:
     import cloudpickle
     import torch.fx as fx
 
+    from graders.isolation import torch_private
+
     class Pickler(cloudpickle.Pickler):
         def reducer_override(self, obj):
+            if torch_private.is_op_overload(obj):
+                return _op_overload, (str(obj),)
             if isinstance(obj, fx.GraphModule):
-                return _new_graph_module, (type(obj).__name__,), dict(obj.__dict__), None, None, _set_graph_module_state
+                state = _without_fakes(obj) if obj.meta.get("fake_inputs") else dict(obj.__dict__)
+                return _new_graph_module, (type(obj).__name__,), state, None, None, _set_graph_module_state
             return super().reducer_override(obj)
 
     buffer = io.BytesIO()

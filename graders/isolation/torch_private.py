@@ -254,7 +254,10 @@ def symbolic_fakes(tensors: list, dynamic: list) -> list:
 def shape_guards(values) -> list[str] | None:
     """The guards of the ShapeEnv behind the fake tensors in `values` (a graph's meta['val']s), as text; None
     where they hold no fake tensor of a mode with a ShapeEnv."""
-    mode = fake_mode(values)
+    try:
+        mode = fake_mode(values)
+    except AssertionError:  # fake tensors of several modes (make_fx's "real" tracing): no one ShapeEnv
+        return None
     env = getattr(mode, "shape_env", None)
     return None if env is None else [str(guard.expr) for guard in env.guards]
 

@@ -33,8 +33,9 @@ def aten_tracer(example: Callable[[], tuple], dynamic: tuple) -> Callable[[nn.Mo
         tensors = tuple(t.to(device) for t in tensors)
         dims = [set(dynamic[i]) if i < len(dynamic) else set() for i in range(len(tensors))]
         fakes = torch_private.symbolic_fakes(list(tensors), dims)
-        gm = torch_private.aten_graph(model, tuple(fakes), decompositions=torch_private.inductor_decompositions(),
-                                      tracing_mode="symbolic")
+        with torch.no_grad():  # an inference graph, as Inductor's: with grad, softmax's saved output adds an alias
+            gm = torch_private.aten_graph(model, tuple(fakes), decompositions=torch_private.inductor_decompositions(),
+                                          tracing_mode="symbolic")
         gm.meta["fake_inputs"] = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."),
                                    str(t.device), tuple(sorted(d))) for t, d in zip(tensors, dims)]
         gm.meta["guards"] = guards(gm)

@@ -174,5 +174,5 @@ def hidden_case(rng: random.Random) -> Case:
         index = rng.randrange(len(spellings))
         spellings[index] = LOOKALIKES[rng.choice(sorted(LOOKALIKES))](spellings[index])
     return case(spellings, "the pass must find every attention whatever its spelling, sizes and scale, and leave "
-                "look-alikes alone.", heads=rng.choice([2, 3, 4]), seq=rng.choice([5, 6, 7, 9]),
+                "look-alikes alone.", heads=rng.choice([3, 4]), seq=rng.choice([5, 6, 7, 9]),
                 dim=rng.choice([8, 16, 24, 32]), dynamic_seq=rng.random() < 0.5)

@@ -22,13 +22,11 @@ MUTANTS = [
            "    return aten.scaled_dot_product_attention(query, key, value)\n", caught_at=2),
     Mutant("no_extra_check", "                             extra_check=attention_extra_check)\n", "                             )\n",
            caught_at=2),
-    Mutant("scale_not_checked", "    if isinstance(scale, bool) or not isinstance(scale, (int, float)):\n        return False\n", "",
-           caught_at=2),
     Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n", caught_at=2),
     # The mask is added after the scaling in the pattern; with the replacement's mask forgotten, outputs move.
     Mutant("mask_dropped_in_replacement",
-           "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)\n",
-           "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n", caught_at=2),
+           "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0 / inv_scale)\n",
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n", caught_at=2),
     # Scale inverted in the multiplying replacement: right only where scale is its own inverse.
     # One replacement for all: the unmasked ones pass a mask of zeros, which computes the scores in full again.
     Mutant("zero_mask_for_unmasked_attention",

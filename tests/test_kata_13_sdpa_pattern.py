@@ -1,0 +1,26 @@
+"""Kata 13 graded isolated: its ATen graphs reach the worker without their fake tensors (no pickler carries one)
+and the worker makes them again (graders/isolation/channel.py); the worker's meta['val'] and ShapeEnv guards come
+back as text in the records, which the verdict reads as it reads the fake tensors in process."""
+import pickle
+
+from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.isolation.channel import dumps_request
+from graders.run import aten
+from graders.run.session import grade
+
+from graders.katas.kata_13_sdpa_pattern.models import EXACT_CASES
+
+
+def test_an_aten_graph_reaches_the_worker_with_the_same_fake_values():
+    case = EXACT_CASES["dynamic_sequence_length"]
+    gm = case.trace(case.build())
+    back = pickle.loads(dumps_request({"gm": gm}))["gm"]
+    before, after = aten.val_descriptions(gm), aten.val_descriptions(back)
+    assert {name: after[name] for name in before} == before
+    assert aten.guards(back) == gm.meta["guards"]
+
+
+def test_the_reference_earns_the_same_verdicts_isolated():
+    results = grade("13_sdpa_pattern", REPO_ROOT / "reference", seed=0, levels=(1, 2), isolate=True)
+    assert [r.test_id for r in results] == [c.test_id for level in (1, 2) for c in load_grader("13_sdpa_pattern").checks_at(level)]
+    assert all(r.passed for r in results), [(r.test_id, r.message[:300]) for r in results if not r.passed]
