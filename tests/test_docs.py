@@ -53,8 +53,8 @@ def program(words: list[str]) -> tuple[list[str], list[str]]:
     assert script.is_file(), f"{words[0]} does not exist"
     subcommands = []
     if words[0] == "graders/arena.py":
-        subcommands = [w for w in words[1:3] if not w.startswith("-") and w in {"serve", "create", "team", "close",
-                                                                                "add"}]
+        subcommands = [w for w in words[1:3] if not w.startswith("-") and w in {
+            "serve", "create", "team", "close", "add", "freeze", "unfreeze", "exclude", "include", "announce", "log"}]
     return [sys.executable, str(script), *subcommands], words[1 + len(subcommands):]
 
 
