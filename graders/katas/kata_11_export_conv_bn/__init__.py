@@ -48,8 +48,9 @@ def assert_signature(run: Run) -> None:
         if late:
             run.fail(f"in the program {FUNCTION} returned, the placeholder {late[0].arg.name} ({late[0].kind.name} "
                      f"{late[0].target!r}) comes after a user input: an exported program's inputs are its parameters, "
-                     "buffers and constants first, then the user inputs (ExportGraphSignature: [*parameters_buffers_"
-                     "constant_tensors, *flattened_user_inputs]), and ep.module() and every later pass rely on it.",
+                     "buffers and constants first, then the user inputs, as ExportGraphSignature documents "
+                     "([*parameters_buffers_constant_tensors, *flattened_user_inputs]) and torch's own passes "
+                     "produce (run_decompositions() returns them in that order).",
                      "insert a new placeholder before the first user input's (graph.inserting_before(node)).")
     if kinds.count("USER_INPUT") != [s.kind.name for s in before.graph_signature.input_specs].count("USER_INPUT"):
         run.fail(f"the program {FUNCTION} returned takes {kinds.count('USER_INPUT')} user input(s); the program it was "
