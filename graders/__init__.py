@@ -2,7 +2,7 @@
 
 The packages, from the bottom up: frame (levels, checks, kata declarations, the catalogue), isolation
 (the worker, its sandbox, records, the guard and the static scan), run (the session and the one run path),
-katas (the ten kata graders), batch (grading in pytest subprocesses), learner, competition, dev, cli; the
+katas (the kata graders), batch (grading in pytest subprocesses), learner, competition, dev, cli; the
 command lines score.py, watch.py, scan.py and devcheck.py are thin entry points. Each package's
 __init__ says what it may import; tests/test_layout.py holds every import to that.
 
