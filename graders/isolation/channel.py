@@ -99,8 +99,17 @@ def _refake(gm) -> None:
     torch_private.propagate_fake(gm, fakes, torch_private.fake_mode(fakes))
 
 
+def _load_program(data: bytes):
+    """A torch.export program the judge saved (torch_private.save_program): cloudpickle cannot pickle one (its
+    fake tensors' mode holds weak references). The judge's own bytes: the worker may load them."""
+    from graders.isolation import torch_private
+
+    return torch_private.load_program(data)
+
+
 def dumps_request(request: dict) -> bytes:
     import cloudpickle
+    import torch
     import torch.fx as fx
 
     from graders.isolation import torch_private
@@ -109,6 +118,8 @@ def dumps_request(request: dict) -> bytes:
         def reducer_override(self, obj):
             if torch_private.is_op_overload(obj):
                 return _op_overload, (str(obj),)
+            if isinstance(obj, torch.export.ExportedProgram):
+                return _load_program, (torch_private.save_program(obj),)
             if isinstance(obj, fx.GraphModule):
                 state = _without_fakes(obj) if obj.meta.get("fake_inputs") else dict(obj.__dict__)
                 return _new_graph_module, (type(obj).__name__,), state, None, None, _set_graph_module_state
