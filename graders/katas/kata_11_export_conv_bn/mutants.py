@@ -5,6 +5,25 @@ DOC = '    """A new program with every foldable convolution -> BatchNorm pair fo
 NEW_WEIGHT = '''        conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
                      parameter(f"{name.rpartition('.')[0] or name}.bias_folded", bias), *conv.args[3:])
 '''
+RUN_TIME_FOLD = """        gamma, beta, mean, var, eps = *bn.args[1:5], bn.args[6]
+
+        def op(target, *args):
+            with graph.inserting_before(conv):
+                node = graph.call_function(target, args)
+            with fake_mode:
+                node.meta["val"] = target(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args])
+            return node
+
+        scale = op(aten.rsqrt.default, op(aten.add.Tensor, var, eps))
+        scale = scale if gamma is None else op(aten.mul.Tensor, scale, gamma)
+        new_weight = op(aten.mul.Tensor, conv.args[1], op(aten.view.default, scale, [-1, 1, 1, 1]))
+        new_bias = op(aten.neg.default, op(aten.mul.Tensor, mean, scale))
+        if conv.args[2] is not None:
+            new_bias = op(aten.add.Tensor, new_bias, op(aten.mul.Tensor, conv.args[2], scale))
+        if beta is not None:
+            new_bias = op(aten.add.Tensor, new_bias, beta)
+        conv.args = (conv.args[0], new_weight, new_bias, *conv.args[3:])
+"""
 NO_OP = Mutant("no_op", DOC, DOC + "    return ep\n", caught_at=1)
 
 MUTANTS = [
@@ -61,6 +80,9 @@ MUTANTS = [
            'node.meta["val"] = fake_mode.from_tensor(value.float(), static_shapes=True)', caught_at=2),
     Mutant("drops_range_constraints", "        range_constraints=ep.range_constraints,", "        range_constraints={},",
            caught_at=2),
+    # Inductor's efficient_conv_bn_eval: the folded weight computed in the graph, on every call. Exact, no BN left,
+    # but each call now writes a weight-sized tensor per convolution where the BN wrote an activation.
+    Mutant("folds_at_run_time", NEW_WEIGHT, RUN_TIME_FOLD, caught_at=3),
     # "A program with a BN in training mode is no inference program": but the other pairs of a model whose one BN
     # is frozen in training mode still fold (the hidden models mix them).
     Mutant("leaves_any_program_with_a_training_bn", DOC,
