@@ -156,7 +156,8 @@ def test_the_kata_memory_cap_reaches_the_worker(tmp_path):
 # (64 s in a full run against 11 s alone).
 @pytest.mark.parametrize("kata", [pytest.param("01_linear_relu", marks=pytest.mark.locks_per_check),
                                   pytest.param("03_conv_bn", marks=pytest.mark.locks_per_check), "10_verify_harness",
-                                  pytest.param("11_export_conv_bn", marks=pytest.mark.locks_per_check)])
+                                  pytest.param("11_export_conv_bn", marks=pytest.mark.locks_per_check),
+                                  pytest.param("12_reinplace", marks=pytest.mark.locks_per_check)])
 def test_the_reference_earns_the_same_verdicts_isolated(kata):
     """In process the reference passes every check with seed 0 (tests/test_katas.py); isolated it must too."""
     results = grade(kata, REPO_ROOT / "reference", seed=0, levels=(1, 2, 4), isolate=True)

@@ -10,13 +10,16 @@ on the result.
   (an op in place or a view writes none): the exact count a reinplacing pass lowers.
 - `aliased_inputs(outputs, inputs)`: which outputs share storage with which inputs.
 - `torch_reinplaced(gm, inputs)`: torch's own pass (torch.fx.passes.reinplace) on a copy of `gm`.
+- `new_guards(gm, before)`: the guards a pass added to the ShapeEnv of a symbolic trace (isolated too: the worker's,
+  from its records, against a graph just arrived).
+- `self_read_twice(gm, inputs)`: the first in-place op that reads memory it overwrites through another argument
+  (`overlaps`: shared elements, not merely a shared storage).
 
 May import: graders.frame, graders.isolation (torch_private).
 """
 from __future__ import annotations
 
 import copy
-import weakref
 from typing import Callable
 
 import torch
@@ -26,8 +29,7 @@ from torch.utils._pytree import tree_leaves
 
 from graders.isolation import torch_private
 
-DROPPED = ("val", "tensor_meta")
-_SHAPE_ENVS: "weakref.WeakKeyDictionary[fx.GraphModule, object]" = weakref.WeakKeyDictionary()  # the meta that holds fake tensors: propagated again on arrival
+DROPPED = ("val", "tensor_meta")  # the meta that holds fake tensors: propagated again on arrival
 
 
 class OpName(str):
@@ -75,29 +77,42 @@ def _arrive(graph: fx.Graph, arrival: tuple) -> TravellingGraph:
 
 def functionalizer(example: Callable[[], tuple], symbolic: bool = False) -> Callable[[nn.Module], fx.GraphModule]:
     """A `Case.trace`: make_fx of torch.func.functionalize(model, remove="mutations") on `example()`'s inputs
-    ("symbolic" tracing where `symbolic`: every dimension a size symbol; else fake tensors of these sizes)."""
+    ("symbolic" tracing where `symbolic`: every dimension a size symbol; else fake tensors of these sizes). The
+    module's meta keeps the ShapeEnv's guards as text: after the trace (`guards_at_trace`) and, for a symbolic trace,
+    after the arrival in a worker (`guards_at_arrival`), where a pass graded isolated reads its meta['val']s."""
 
     def trace(model: nn.Module) -> fx.GraphModule:
         args = example()
         gm = torch_private.functionalized_graph(model, args, tracing_mode="symbolic" if symbolic else "fake")
         gm.graph.__class__ = TravellingGraph
         gm.graph.arrival = (tuple((tuple(a.shape), tuple(a.stride()), a.dtype) for a in args), symbolic)
-        # make_fx keeps a symbolic trace's ShapeEnv on the module, which cannot be pickled to a worker: kept here.
-        _SHAPE_ENVS[gm] = gm.__dict__.pop("shape_env", None)
-        gm.meta["guards_at_trace"] = torch_private.guards_text(_SHAPE_ENVS[gm])
+        # make_fx keeps a symbolic trace's ShapeEnv on the module, which cannot be pickled to a worker: its fake
+        # tensors hold it too (torch_private.shape_guards).
+        gm.__dict__.pop("shape_env", None)
+        gm.meta["guards_at_trace"] = _guards(gm.graph)
+        if symbolic:  # what a worker's ShapeEnv holds on arrival, before the pass: the graph sent and received here
+            arrive, arguments = gm.graph.__reduce__()
+            gm.meta["guards_at_arrival"] = _guards(arrive(*arguments))
         return gm
 
     return trace
 
 
-def new_guards(gm: fx.GraphModule) -> list[str] | None:
-    """The guards added to a symbolic trace's ShapeEnv since it was traced, or None where that cannot be seen (a
-    static trace, or a graph rebuilt from a worker's records: the worker's ShapeEnv stays there)."""
-    shape_env, before = _SHAPE_ENVS.get(gm), gm.meta.get("guards_at_trace")
-    if shape_env is None or before is None:
+def _guards(graph: fx.Graph) -> list[str] | None:
+    return torch_private.shape_guards([n.meta["val"] for n in graph.nodes if "val" in n.meta])
+
+
+def new_guards(gm: fx.GraphModule, before: fx.GraphModule) -> list[str] | None:
+    """The guards the pass added to the ShapeEnv behind `gm`'s meta['val']s (`before`: the judge's copy of the graph
+    given): in process, against the trace's; isolated, the worker's as its records carry them, against those of a
+    graph just arrived. None where nothing can be told (a static trace, a graph without fake tensors)."""
+    if "recorded_guards" in gm.meta:
+        now, baseline = gm.meta["recorded_guards"], before.meta.get("guards_at_arrival")
+    else:
+        now, baseline = _guards(gm.graph), before.meta.get("guards_at_trace")
+    if now is None or baseline is None:
         return None
-    now = torch_private.guards_text(shape_env)
-    return now[len(before):]
+    return [guard for guard in now if guard not in baseline]
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -152,6 +167,21 @@ def _writes_first_argument(target) -> bool:
     return alias is not None and alias.is_write
 
 
+def _elements(t: torch.Tensor) -> torch.Tensor:
+    """The storage elements `t` covers, as indices into its storage (in units of its dtype)."""
+    count = t.untyped_storage().nbytes() // t.element_size()
+    return torch.arange(count, device=t.device).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """`a` and `b` share an element of memory (not merely a storage: a[0] and a[1] do not)."""
+    if _storage(a) != _storage(b):
+        return False
+    if a.element_size() != b.element_size():  # one storage read as two dtypes: counted as overlapping
+        return True
+    return bool(torch.isin(_elements(a).reshape(-1), _elements(b).reshape(-1)).any())
+
+
 class _Clash(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule):
         super().__init__(gm)
@@ -164,16 +194,17 @@ class _Clash(fx.Interpreter):
             others = [t for t in tree_leaves([args[1:], [self.env.get(n) for n in node.all_input_nodes
                                                           if n is not node.args[0]]])
                       if isinstance(t, torch.Tensor) and t.numel()]
-            if isinstance(written, torch.Tensor) and (node.args.count(node.args[0]) > 1 or any(
-                    _storage(t) == _storage(written) for t in others)):
+            if isinstance(written, torch.Tensor) and written.numel() and (node.args.count(node.args[0]) > 1 or any(
+                    overlaps(t, written) for t in others)):
                 self.clash = node.name
         return super().run_node(node)
 
 
 def self_read_twice(gm: fx.GraphModule, inputs: tuple) -> str | None:
-    """The first node of `gm` that writes its first argument in place while another of its arguments shares that
-    storage (aten.mul_(a, a), a.add_(a.t())), when `gm` runs on `inputs`; None if there is none. Stops at an op
-    that raises (the comparison with eager tells that)."""
+    """The first node of `gm` that writes its first argument in place while another of its arguments overlaps the
+    memory written (aten.mul_(a, a), a.add_(a.t()); a[0].add_(a[1]) reads other elements of the same storage and is
+    fine), when `gm` runs on `inputs`; None if there is none. Stops at an op that raises (the comparison with eager
+    tells that)."""
     interpreter = _Clash(gm)
     try:
         with torch.no_grad():

@@ -42,9 +42,10 @@ def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
     #   - self can hold the result: same shape (statically_known_true per dimension), dtype, no internal overlap;
     #   - no other argument aliases self (storage_of), and self is not passed twice;
     #   - no alias of self is read after the node (a view's own users count, the output node too), except a
-    #     {view}_scatter that writes this very result back into the view it read;
-    #   - self a graph input: only with a copy_(input, node) epilogue, nothing reading the input in between, and
-    #     the result not returned; then the copy_ goes.
-    # TODO(human): rewrite (node.target = the in-place overload), remember that the node now lives in self's
-    #   storage, erase what became useless; then gm.graph.lint() and gm.recompile().
+    #     {view}_scatter that writes this very result back into the memory it read (the scatter's base: the same
+    #     storage, sizes, strides and offset as the view's base, often another node; the same view arguments);
+    #   - self the whole of a graph input: only with a copy_(input, src) epilogue and nothing reading the input
+    #     before it; if src is this node the copy_ goes, else nothing may read the result from the copy_ on.
+    # TODO(human): rewrite (node.target = the in-place overload), remember that the node (and an erased scatter)
+    #   now lives in self's storage, erase what became useless; then gm.graph.lint() and gm.recompile().
     raise NotImplementedError("TODO(human): reinplace")

@@ -61,6 +61,16 @@ def fits(self_node: fx.Node, node: fx.Node) -> bool:
     return torch._debug_has_internal_overlap(s) != 1
 
 
+def same_layout(a: fx.Node, b: fx.Node) -> bool:
+    """`a` and `b` lay their elements out alike: the same sizes, strides and storage offset (statically). With
+    one storage, they are the same memory."""
+    s, t = a.meta.get("val"), b.meta.get("val")
+    if not isinstance(s, torch.Tensor) or not isinstance(t, torch.Tensor) or s.dim() != t.dim():
+        return False
+    return all(statically_known_true(x == y) for x, y in zip((*s.shape, *s.stride(), s.storage_offset()),
+                                                             (*t.shape, *t.stride(), t.storage_offset())))
+
+
 def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
     """Rewrite `gm` (make_fx of torch.func.functionalize(f, remove="mutations")) so that each functional op with
     an in-place variant runs in place where nobody can tell: return `gm`, rewritten and recompiled."""
@@ -68,8 +78,8 @@ def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
     nodes = list(graph.nodes)
     order = {node: index for index, node in enumerate(nodes)}
     storage = {node: storage_of(node) for node in nodes}
-    inputs = {storage[n] for n in nodes if n.op == "placeholder" and storage[n] is not None}
-    # The copy_ epilogue: a mutated input written back at the end, copy_(input, value).
+    # The graph inputs by storage, and the copy_ epilogue of each mutated one: copy_(input, value), at the end.
+    inputs = {storage[n]: n for n in nodes if n.op == "placeholder" and storage[n] is not None}
     epilogue = {n.args[0]: n for n in nodes if n.target is aten.copy_.default and n.args[0].op == "placeholder"}
     erased: set[fx.Node] = set()
 
@@ -89,12 +99,14 @@ def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
         return found
 
     def scatters_undone(node: fx.Node, uses: list[fx.Node]) -> list[fx.Node] | None:
-        """The later uses that are {view}_scatters writing `node`'s result back into the view it reads (forgiven:
-        in place, the view is written already); None if any other use remains."""
+        """The later uses that are {view}_scatters writing `node`'s result back into the very memory it read (forgiven:
+        in place, that memory is written already); None if any other use remains. Functionalization makes the view
+        again for the scatter: its base is another node, with the same storage and layout as the view's base."""
         view, undone = node.args[0], []
         for use in uses:
             if (SCATTER_VIEWS.get(use.target) is not view.target or use.args[1] is not node
-                    or use.args[0] is not view.args[0] or tuple(use.args[2:]) != tuple(view.args[1:])):
+                    or tuple(use.args[2:]) != tuple(view.args[1:]) or dict(use.kwargs) != dict(view.kwargs)
+                    or not same(storage[use.args[0]], storage[view.args[0]]) or not same_layout(use.args[0], view.args[0])):
                 return None
             undone.append(use)
         return undone
@@ -121,14 +133,18 @@ def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
             continue
         copy_back = None
         if key in inputs:
-            # Only the input itself, written back by a copy_ of exactly this result, and read by nobody between.
-            copy_back = epilogue.get(self_node)
-            if copy_back is None or copy_back.args[1] is not node or scatter_view is not None:
+            # Inductor's rule: write an input only where the program overwrites all of it anyway (its copy_ epilogue),
+            # and nothing reads it before that copy_. The copy_ goes where it copies this very result.
+            copy_back = epilogue.get(inputs[key])
+            if copy_back in erased:  # gone: the input holds its final value, which nothing may overwrite
+                copy_back = None
+            if copy_back is None or scatter_view is not None or not same_layout(self_node, inputs[key]):
                 continue
             if later_uses(node, key, until=order[copy_back]):
                 continue
-            # In place, the result IS the input: returning it would hand the caller the input itself.
-            if any(u.op == "output" for a in aliases(storage[node]) for u in a.users):
+            # Otherwise the copy_ overwrites the result: nobody may read it from there on (the output node included).
+            if copy_back.args[1] is not node and any(
+                    order[u] >= order[copy_back] for a in aliases(storage[node]) for u in a.users if u not in erased):
                 continue
             undone = []
         elif scatter_view is not None:
@@ -144,16 +160,18 @@ def reinplace(gm: fx.GraphModule) -> fx.GraphModule:
                 write = graph.call_function(aten.copy_.default, (view, node.args[1]))
             order[view], order[write] = order[node] - 0.2, order[node] - 0.1
             storage[view] = storage[write] = key
+            merge(node, key)  # the scatter's value, and every view of it, is self now
             node.replace_all_uses_with(self_node)
             erased.add(node)
             graph.erase_node(node)
             continue
         node.target = inplace
         merge(node, key)
-        if copy_back is not None:
+        if copy_back is not None and copy_back.args[1] is node:  # the input holds the result already
             erased.add(copy_back)
             graph.erase_node(copy_back)
         for scatter in undone:  # the view already holds the result: the scatter's value is the base itself
+            merge(scatter, key)
             scatter.replace_all_uses_with(scatter.args[0])
             erased.add(scatter)
             graph.erase_node(scatter)
