@@ -1,10 +1,12 @@
 """The organiser's controls over a live competition (graders/arena/controls.py), end to end on a real server:
 freeze (the public board stops, teams see their own results, the organiser's board stays live, the close
-reveals), exclude and include a submission with a reason, announcements, the log; from the API and from the
-arena.py commands alike."""
+reveals), exclude and include a submission with a reason, announcements, rejudging (reviewed side by side,
+applied or discarded; the replaced verdict kept), the log; from the API and from the arena.py commands alike."""
 from __future__ import annotations
 
 import json
+
+from sqlalchemy import create_engine, text
 
 from arena_support import Server, add_team, arena, create, http, solution, tar_of
 
@@ -17,7 +19,7 @@ def board(server: Server, token: str | None = None) -> dict:
     return {row["team"]: row["points"] for row in server.get("/api/board", token=token).json()["rows"]}
 
 
-def test_freeze_exclude_announce_and_the_close_that_reveals(tmp_path):
+def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
     db = f"sqlite:///{tmp_path / 'arena.db'}"
     organiser = create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
     red, blue = add_team(db, "Red"), add_team(db, "Blue")
@@ -66,6 +68,38 @@ def test_freeze_exclude_announce_and_the_close_that_reveals(tmp_path):
         assert log[2]["reason"] == "copied from Blue" and "submission 1 of Red" in log[2]["target"]
         assert server.get("/api/admin/log", token=red).status == 403
         assert "exclude" in arena("log", "--db", db).stdout
+
+        # Rejudging: Red's verdict as an earlier, wrong grader left it (0 points), graded again with today's.
+        engine = create_engine(db)
+        with engine.begin() as connection:
+            connection.execute(text("""update kata_result set points = 0, summary = replace(summary, '"points": 80.0',
+                                       '"points": 0.0') where submission_id = 1"""))
+            connection.execute(text("update submission set total_points = 0 where id = 1"))
+        engine.dispose()
+        assert board(server, organiser)["Red"] == 0.0
+        assert "Rejudging #1 is queued" in arena("rejudge", "--db", db, "--kata", "04_dce", "--team", "Red").stdout
+        ready = lambda rid: server.get(f"/api/admin/rejudgings/{rid}", token=organiser).json()["status"] == "ready"  # noqa: E731
+        server.wait_for(lambda: ready(1), 300, "rejudging 1 graded")
+        shown = server.get("/api/admin/rejudgings/1", token=organiser).json()
+        assert [(v["submission"], v["kata"], v["old"], v["new"], v["changed"]) for v in shown["verdicts"]] == [
+            (1, "04_dce", 0.0, 80.0, True)]
+        assert board(server, organiser)["Red"] == 0.0  # nothing changes before it is applied
+        assert "0.0 -> 80.0 changed" in arena("rejudging", "--db", db, "show", "1").stdout
+        second = post(server, "/api/admin/rejudgings", organiser, {"submissions": [1]})
+        assert second.status == 201 and second.json()["id"] == 2
+        server.wait_for(lambda: ready(2), 300, "rejudging 2 graded")
+        assert post(server, "/api/admin/rejudgings/2/discard", organiser).status == 200
+        assert post(server, "/api/admin/rejudgings/2/apply", organiser).status == 409  # discarded
+        assert post(server, "/api/admin/rejudgings", organiser, {"katas": ["99_nope"]}).status == 404
+        applied = post(server, "/api/admin/rejudgings/1/apply", organiser)
+        assert applied.status == 200 and applied.json()["changed"] == 1
+        assert post(server, "/api/admin/rejudgings/1/apply", organiser).status == 409  # applied already
+        rows = {r["team"]: r for r in server.get("/api/board", token=organiser).json()["rows"]}
+        assert rows["Red"]["points"] == 80.0 and rows["Red"]["rejudged"] and not rows["Blue"]["rejudged"]
+        assert server.get("/api/submissions/1", token=red).json()["superseded"] == [
+            {"kata": "04_dce", "points": 0.0, "rejudging": 1}]
+        assert [e["action"] for e in server.get("/api/admin/log", token=organiser).json()][-4:] == [
+            "rejudge", "rejudge", "discard", "apply"]
 
         arena("close", "--db", db, "--results-dir", str(tmp_path / "results"), "--leaderboard",
               str(tmp_path / "LEADERBOARD.md"), "--wait", "60")

@@ -54,7 +54,8 @@ def program(words: list[str]) -> tuple[list[str], list[str]]:
     subcommands = []
     if words[0] == "graders/arena.py":
         subcommands = [w for w in words[1:3] if not w.startswith("-") and w in {
-            "serve", "create", "team", "close", "add", "freeze", "unfreeze", "exclude", "include", "announce", "log"}]
+            "serve", "create", "team", "close", "add", "freeze", "unfreeze", "exclude", "include", "announce", "log",
+            "rejudge", "rejudging"}]
     return [sys.executable, str(script), *subcommands], words[1 + len(subcommands):]
 
 

@@ -43,8 +43,8 @@ from sqlalchemy import func, select, update
 from graders.arena import uploads
 from graders.competition.store import files_hash
 from graders.arena.board import frozen, iso, redact_summary, results_of, standings
-from graders.arena.db import (Database, NameRefused, NameTaken, Submission, SubmittedFile, Team, Upload, now,
-                              token_hash, valid_text)
+from graders.arena.db import (Database, NameRefused, NameTaken, Submission, SubmittedFile, SupersededResult, Team,
+                              Upload, now, token_hash, valid_text)
 
 
 class Utf8JSONResponse(JSONResponse):
@@ -144,7 +144,10 @@ def submission_json(db: Database, sid: int, token: str | None) -> dict:
                 "files": [f.path for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))] if owner else None,
                 "attempts": s.attempts if owner else None, "rank": row["rank"] if row else None,
                 "team_points": row["points"] if row else None, "of": len(standings(session, c)), "mine": owner,
-                "closed": c.closed, "excluded": (s.excluded if owner else True) if s.excluded else False}
+                "closed": c.closed, "excluded": (s.excluded if owner else True) if s.excluded else False,
+                "superseded": [{"kata": r.kata, "points": r.points, "rejudging": r.rejudging_id} for r in
+                               session.scalars(select(SupersededResult).where(SupersededResult.submission_id == sid))]
+                if visible else []}
 
 
 def after_freeze(competition, submission: Submission) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from graders.arena.db import Competition, KataResult, Submission, SubmittedFile, Team
+from graders.arena.db import Competition, KataResult, Submission, SubmittedFile, SupersededResult, Team
 from graders.competition.leaderboard import regenerate
 from graders.competition.organiser import make_run
 from graders.competition.ranking import geomean_speedup, ranked
@@ -101,6 +101,7 @@ def standings(session: Session, competition: Competition, kata: str | None = Non
         run = as_run(team, submission, katas)
         run["pending"] = latest is not None and latest.status != "graded"
         runs.append(run)
+    rejudged = set(session.scalars(select(SupersededResult.submission_id)))
     rows = []
     for rank, run in ranked(runs):
         geo = geomean_speedup(run)
@@ -108,7 +109,8 @@ def standings(session: Session, competition: Competition, kata: str | None = Non
                      "geomean_speedup": geo, "disqualified": bool(run["disqualified"]),
                      "katas": {k: r.get("points", 0.0) for k, r in run["katas"].items()},
                      "submission": run["submission"], "submitted": run["timestamp"],
-                     "graded_at": graded.get(run["submission"]), "grading": run["pending"]})
+                     "graded_at": graded.get(run["submission"]), "grading": run["pending"],
+                     "rejudged": run["submission"] in rejudged})
     return rows
 
 

@@ -6,6 +6,7 @@
     uv run graders/arena.py freeze [--at TIME]        # the public board stops moving (unfreeze; the close reveals)
     uv run graders/arena.py exclude ID --reason TEXT  # a submission counts for nothing (include ID takes it back)
     uv run graders/arena.py announce TEXT             # a message to every team, on the board (log: every control)
+    uv run graders/arena.py rejudge [--kata K] [--team T] [--submission ID]   # then: rejudging show|apply|discard ID
     uv run graders/arena.py close                     # no more submissions; exports results/, LEADERBOARD.md, the seed
 
 May import: graders.frame, graders.arena (db, grading, app, board, controls).
@@ -89,6 +90,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     announce = commands.add_parser("announce", parents=[common], help="a message to every team, on the board")
     announce.add_argument("text")
     commands.add_parser("log", parents=[common], help="every control the organiser applied, oldest first")
+    rejudge = commands.add_parser("rejudge", parents=[common], help="grade a set again (every filter given must "
+                                  "match; none: every graded submission); nothing changes until `rejudging apply`")
+    rejudge.add_argument("--submission", type=int, action="append", default=[], metavar="ID")
+    rejudge.add_argument("--kata", action="append", default=[], metavar="KATA")
+    rejudge.add_argument("--team", action="append", default=[], metavar="NAME")
+    rejudging = commands.add_parser("rejudging", parents=[common], help="a rejudging's old and new verdicts side by "
+                                    "side (show), or apply or discard it")
+    rejudging.add_argument("action", choices=["show", "apply", "discard"])
+    rejudging.add_argument("rejudging", type=int, metavar="ID")
     close = commands.add_parser("close", parents=[common], help="close: export results/ and LEADERBOARD.md, publish the seed")
     close.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     close.add_argument("--leaderboard", type=Path, default=REPO_ROOT / "LEADERBOARD.md")
@@ -192,7 +202,7 @@ def main(argv=None) -> int:
     return close(db, args)
 
 
-CONTROLS = ("freeze", "unfreeze", "exclude", "include", "announce", "log")
+CONTROLS = ("freeze", "unfreeze", "exclude", "include", "announce", "log", "rejudge", "rejudging")
 
 
 def control(db: Database, args) -> int:
@@ -215,6 +225,23 @@ def control(db: Database, args) -> int:
             print(f"Submission #{args.submission} counts again.")
         elif args.command == "announce":
             print(f"Announcement #{controls.announce(db, args.text)} is on the board.")
+        elif args.command == "rejudge":
+            rid = controls.rejudge(db, submissions=args.submission, katas=args.kata, teams=args.team)
+            print(f"Rejudging #{rid} is queued: the servers grade it when no submission waits; "
+                  f"`arena.py rejudging show {rid}` compares, then apply or discard it.")
+        elif args.command == "rejudging":
+            if args.action == "apply":
+                print(f"Rejudging #{args.rejudging} applied: {controls.apply_rejudging(db, args.rejudging)} verdict(s) changed.")
+            elif args.action == "discard":
+                controls.discard_rejudging(db, args.rejudging)
+                print(f"Rejudging #{args.rejudging} discarded: the board keeps its verdicts.")
+            else:
+                shown = controls.rejudging_of(db, args.rejudging)
+                print(f"Rejudging #{shown['id']} ({shown['scope']}): {shown['status']}, "
+                      f"{shown['graded']}/{shown['submissions']} submissions graded.")
+                for v in shown["verdicts"]:
+                    mark = "changed" if v["changed"] else ""
+                    print(f"  #{v['submission']} {v['team']} {v['kata']}: {v['old']} -> {v['new']} {mark}".rstrip())
         else:
             for entry in controls.log(db):
                 print(f"{entry['at']}  {entry['action']:<10} {entry['target'] or ''}  {entry['reason'] or ''}".rstrip())

@@ -247,6 +247,54 @@ class KataResult(Base):
     graded_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
 
 
+class Rejudging(Base):
+    """A set of submissions graded again (after a grader fix, say), kept apart until the organiser applies it
+    (each new verdict replaces the old, which is kept as superseded) or discards it. `queued` while graded,
+    `ready` once every item is, then `applied` or `discarded`."""
+    __tablename__ = "rejudging"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+    scope: Mapped[str] = mapped_column(String(500))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+
+
+class RejudgeItem(Base):
+    """One submission of a rejudging, claimed and leased by a server as a submission is."""
+    __tablename__ = "rejudge_item"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rejudging_id: Mapped[int] = mapped_column(ForeignKey("rejudging.id"), index=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submission.id"))
+    katas: Mapped[list] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)  # queued, running, graded
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class RejudgedResult(Base):
+    """A kata's new verdict in a rejudging, beside the one on the board until the rejudging is applied."""
+    __tablename__ = "rejudged_result"
+    __table_args__ = (UniqueConstraint("rejudging_id", "submission_id", "kata"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rejudging_id: Mapped[int] = mapped_column(ForeignKey("rejudging.id"), index=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submission.id"))
+    kata: Mapped[str] = mapped_column(String(64))
+    points: Mapped[float] = mapped_column(Float)
+    summary: Mapped[dict] = mapped_column(TextJSON)
+
+
+class SupersededResult(Base):
+    """A verdict a rejudging replaced: kept, with the rejudging that replaced it."""
+    __tablename__ = "superseded_result"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submission.id"), index=True)
+    kata: Mapped[str] = mapped_column(String(64))
+    points: Mapped[float] = mapped_column(Float)
+    summary: Mapped[dict] = mapped_column(TextJSON)
+    rejudging_id: Mapped[int] = mapped_column(ForeignKey("rejudging.id"))
+    superseded_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=now)
+
+
 class Announcement(Base):
     """A message from the organiser to every team, shown on the board."""
     __tablename__ = "announcement"

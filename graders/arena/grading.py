@@ -7,7 +7,7 @@ local cluster of its own (one machine, nothing to start). Solution code runs onl
 workers; this process never imports it.
 
 The queue is the database: a thread takes the oldest queued submission (or one whose grading server
-died), grades the katas that have no result row yet and stores each result as it comes, so a server killed
+died; when none is waiting, a rejudging's submission: graders/arena/controls.py), grades the katas that have no result row yet and stores each result as it comes, so a server killed
 mid-grading and started again grades each remaining kata once and no kata twice. Each server has an id of
 its own; it claims a submission with a lease (`lease` seconds) that a thread renews while it grades. Another
 server on the same database takes the submission over only when the lease has run out: never one a live
@@ -28,10 +28,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from graders.arena.db import Database, KataResult, Submission, SubmittedFile, Team, now
+from graders.arena.db import (Database, KataResult, RejudgedResult, RejudgeItem, Rejudging, Submission, SubmittedFile,
+                              Team, now)
 from graders.batch.summary import failed_grading
 from graders.competition.organiser import apply_scan
 from graders.isolation.scan import scan_source
@@ -121,9 +122,9 @@ class GradingQueue:
         while not self.stopping.wait(self.lease / 3):
             try:
                 with self.db.session() as session:
-                    session.execute(update(Submission).where(Submission.owner == self.owner,
-                                                             Submission.status == "running")
-                                    .values(lease_until=now() + timedelta(seconds=self.lease)))
+                    for table in (Submission, RejudgeItem):
+                        session.execute(update(table).where(table.owner == self.owner, table.status == "running")
+                                        .values(lease_until=now() + timedelta(seconds=self.lease)))
             except Exception:  # noqa: BLE001 - a database hiccup: the next round tries again
                 log.exception("renewing this server's leases failed")
 
@@ -137,51 +138,108 @@ class GradingQueue:
             worker.join(timeout)
         try:  # what this server was grading is queued again at once, for whichever server runs next
             with self.db.session() as session:
-                session.execute(update(Submission).where(Submission.owner == self.owner, Submission.status == "running")
-                                .values(status="queued", lease_until=None))
+                for table in (Submission, RejudgeItem):
+                    session.execute(update(table).where(table.owner == self.owner, table.status == "running")
+                                    .values(status="queued", lease_until=None))
         except Exception:  # noqa: BLE001 - the database is gone too: the lease runs out instead
             log.exception("queueing this server's gradings again failed")
         self.grader.close()
 
-    def claim(self) -> int | None:
-        """The oldest submission that is queued, or running under a lease that ran out (its server died),
-        marked running as this server's with a fresh lease (atomically: one thread, one server claims it)."""
+    def claim(self, table=Submission) -> int | None:
+        """The oldest row of `table` (a submission, or a rejudging's item) that is queued, or running under a
+        lease that ran out (its server died), marked running as this server's with a fresh lease (atomically:
+        one thread, one server claims it)."""
         with self.claim_lock, self.db.session() as session:
             moment = now()
-            free = (Submission.status == "queued") | ((Submission.status == "running") & (
-                Submission.lease_until.is_(None) | (Submission.lease_until < moment)))
-            for sid, status in session.execute(select(Submission.id, Submission.status).where(free)
-                                               .order_by(Submission.id).limit(5)):
-                claimed = session.execute(update(Submission).where(Submission.id == sid, free).values(
-                    status="running", attempts=Submission.attempts + 1, owner=self.owner,
+            free = (table.status == "queued") | ((table.status == "running") & (
+                table.lease_until.is_(None) | (table.lease_until < moment)))
+            for row_id, status in session.execute(select(table.id, table.status).where(free).order_by(table.id).limit(5)):
+                claimed = session.execute(update(table).where(table.id == row_id, free).values(
+                    status="running", attempts=table.attempts + 1, owner=self.owner,
                     lease_until=moment + timedelta(seconds=self.lease))).rowcount
                 if claimed:
                     if status == "running":
-                        log.warning("submission %s: its grading server stopped renewing its lease; grading the rest", sid)
-                    return sid
+                        log.warning("%s %s: its grading server stopped renewing its lease; grading the rest",
+                                    table.__tablename__, row_id)
+                    return row_id
         return None
 
     def loop(self) -> None:
+        """Submissions first, then rejudgings' items (graders/arena/controls.py), oldest first."""
         while not self.stopping.is_set():
             sid = self.claim()
-            if sid is None:
-                self.wake.wait(1.0)
-                self.wake.clear()
+            if sid is not None:
+                try:
+                    self.grade(sid)
+                except Exception as exc:
+                    log.exception("grading submission %s failed", sid)
+                    self.failed(sid, exc)
                 continue
-            try:
-                self.grade(sid)
-            except Exception as exc:
-                log.exception("grading submission %s failed", sid)
-                self.failed(sid, exc)
+            item = self.claim(RejudgeItem)
+            if item is not None:
+                try:
+                    self.rejudge(item)
+                except Exception:
+                    log.exception("rejudging item %s failed", item)
+                    self.rejudge_failed(item)
+                continue
+            self.wake.wait(1.0)
+            self.wake.clear()
+
+    def _inputs(self, session, sid: int) -> tuple[str, dict[str, bytes], int, bool]:
+        submission = session.get(Submission, sid)
+        files = {f.path: f.content for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))}
+        competition = self.db.competition(session)
+        return session.get(Team, submission.team_id).name, files, competition.seed, competition.speed
+
+    def rejudge(self, item_id: int) -> None:
+        """Grade a rejudging's item again with today's graders: its new verdicts go beside the board's
+        (RejudgedResult) until the organiser applies or discards the rejudging."""
+        with self.db.session() as session:
+            item = session.get(RejudgeItem, item_id)
+            rid, sid, katas = item.rejudging_id, item.submission_id, list(item.katas)
+            team, files, seed, speed = self._inputs(session, sid)
+            done = set(session.scalars(select(RejudgedResult.kata).where(RejudgedResult.rejudging_id == rid,
+                                                                         RejudgedResult.submission_id == sid)))
+        todo = [k for k in katas if k not in done]
+        for kata in [k for k in todo if f"{k}/solution.py" not in files]:
+            self.store(sid, kata, failed_grading("not submitted", f"no {kata}/solution.py in this submission"), rejudging=rid)
+        todo = [k for k in todo if f"{k}/solution.py" in files]
+        if todo:
+            self.grader.grade(team, files, todo, seed, speed=speed,
+                              on_result=lambda _team, kata, summary: self.store(sid, kata, summary, files, rejudging=rid))
+        if not self.stopping.is_set():
+            self._item_done(item_id, rid, sid, katas)
+
+    def _item_done(self, item_id: int, rid: int, sid: int, katas: list[str]) -> None:
+        with self.db.session() as session:
+            have = set(session.scalars(select(RejudgedResult.kata).where(RejudgedResult.rejudging_id == rid,
+                                                                         RejudgedResult.submission_id == sid)))
+            session.execute(update(RejudgeItem).where(RejudgeItem.id == item_id).values(
+                status="graded" if have >= set(katas) else "queued"))
+            left = session.scalar(select(func.count(RejudgeItem.id)).where(RejudgeItem.rejudging_id == rid,
+                                                                           RejudgeItem.status != "graded"))
+            if not left:
+                session.execute(update(Rejudging).where(Rejudging.id == rid, Rejudging.status == "queued")
+                                .values(status="ready"))
+
+    def rejudge_failed(self, item_id: int) -> None:
+        """As `failed` for a submission: queued again up to MAX_ATTEMPTS, then its katas without a verdict fail."""
+        with self.db.session() as session:
+            item = session.get(RejudgeItem, item_id)
+            rid, sid, katas, attempts = item.rejudging_id, item.submission_id, list(item.katas), item.attempts
+            if attempts < MAX_ATTEMPTS:
+                item.status = "queued"
+                return
+        for kata in katas:
+            self.store(sid, kata, failed_grading("crashed", f"the grading backend failed {attempts} times"), rejudging=rid)
+        self._item_done(item_id, rid, sid, katas)
 
     def grade(self, sid: int) -> None:
         with self.db.session() as session:
-            submission = session.get(Submission, sid)
-            team = session.get(Team, submission.team_id).name
-            files = {f.path: f.content for f in session.scalars(select(SubmittedFile).where(SubmittedFile.submission_id == sid))}
+            team, files, seed, speed = self._inputs(session, sid)
+            katas = list(session.get(Submission, sid).katas)
             done = set(session.scalars(select(KataResult.kata).where(KataResult.submission_id == sid)))
-            competition = self.db.competition(session)
-            seed, speed, katas = competition.seed, competition.speed, list(submission.katas)
         missing = [k for k in katas if k not in done]
         absent = [k for k in missing if f"{k}/solution.py" not in files]
         for kata in absent:  # nothing uploaded for it: no grading needed
@@ -218,7 +276,9 @@ class GradingQueue:
             session.execute(update(Submission).where(Submission.id == sid).values(
                 status="graded", graded_at=now(), total_points=sum(r.points for r in results)))
 
-    def store(self, sid: int, kata: str, summary: dict, files: dict[str, bytes] | None = None) -> None:
+    def store(self, sid: int, kata: str, summary: dict, files: dict[str, bytes] | None = None, *,
+              rejudging: int | None = None) -> None:
+        """A kata's verdict, scanned, stored once: on the board, or beside it for a rejudging."""
         if self.stopping.is_set():  # a kata whose grading process this server just killed: not a verdict
             log.warning("submission %s kata %s: stopping, its result is not stored", sid, kata)
             return
@@ -228,7 +288,9 @@ class GradingQueue:
             apply_scan({kata: summary}, {kata: scan_source(source.decode(errors="replace"), f"{kata}/solution.py", kata)})
         try:
             with self.db.session() as session:
-                session.add(KataResult(submission_id=sid, kata=kata, points=float(summary.get("points", 0.0)),
-                                       summary=summary))
+                points = float(summary.get("points", 0.0))
+                session.add(KataResult(submission_id=sid, kata=kata, points=points, summary=summary) if rejudging is None
+                            else RejudgedResult(rejudging_id=rejudging, submission_id=sid, kata=kata, points=points,
+                                                summary=summary))
         except IntegrityError:  # stored already (a grading resumed after it was stored): never counted twice
             log.warning("submission %s kata %s: result stored already, kept the first", sid, kata)

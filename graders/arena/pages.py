@@ -29,7 +29,7 @@ from sqlalchemy import func, select
 from graders.arena import controls
 from graders.arena.api import (bearer, board_json, competition_json, db_of, is_closed, submission_json, take_upload,
                                team_json)
-from graders.arena.db import Announcement, KataResult, Submission
+from graders.arena.db import Announcement, KataResult, Submission, SupersededResult
 from graders.arena.graphs import split_message, svg
 from graders.frame.levels import LEVELS
 
@@ -78,7 +78,7 @@ def board_rows(board: dict) -> str:
     for r in board["rows"]:
         cells = [str(r["rank"]), team_link(r["team"]), fmt(r["points"]),
                  *[fmt(r["katas"].get(k), "{:.0f}") for k in board["katas"]],
-                 fmt(r["geomean_speedup"], "{:.2f}x"), "grading…" if r["grading"] else ""]
+                 fmt(r["geomean_speedup"], "{:.2f}x"), "grading…" if r["grading"] else "rejudged" if r.get("rejudged") else ""]
         rows.append(f"<tr data-team='{e(r['team'])}'{' class=dq' if r['disqualified'] else ''}>"
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return "".join(rows)
@@ -110,7 +110,7 @@ async function redraw() {
     cell(tr, String(r.rank)); cell(tr, r.team, '/teams/' + encodeURIComponent(r.team)); cell(tr, f(r.points, 1));
     for (const k of katas) cell(tr, f(r.katas[k], 0));
     cell(tr, typeof r.geomean_speedup === 'number' ? r.geomean_speedup.toFixed(2) + 'x' : '-');
-    cell(tr, r.grading ? 'grading…' : ''); fresh.appendChild(tr); }
+    cell(tr, r.grading ? 'grading…' : r.rejudged ? 'rejudged' : ''); fresh.appendChild(tr); }
   body.replaceWith(fresh); document.getElementById('updated').textContent = new Date().toLocaleTimeString();
   document.getElementById('frozen').textContent = board.frozen_at ? frozenText(board.frozen_at) : '';
   const said = await (await fetch('/api/announcements', {cache: 'no-store'})).json();
@@ -226,6 +226,9 @@ def submission_page(request: Request, sid: int):
     if data["excluded"]:
         why = f": {e(data['excluded'])}" if isinstance(data["excluded"], str) else ""
         head += f"<p class='dq' id='excluded'>Excluded by the organiser{why}. It counts for nothing.</p>"
+    for old in data["superseded"]:
+        head += (f"<p class='rejudged'>Rejudged (rejudging #{old['rejudging']}): {e(old['kata'])} had "
+                 f"{fmt(old['points'])} points before.</p>")
     if not data["katas_graded"] and data["status"] != "graded":
         head += ("<p>Its results are shown to its team while it is graded, and to everyone once graded (on a frozen "
                  "board, at the close).</p>")
@@ -263,6 +266,7 @@ def fingerprint(db) -> str:
         results = session.scalar(select(func.count(KataResult.id)))
         excluded = session.scalar(select(func.count(Submission.id)).where(Submission.excluded.is_not(None)))
         said = session.scalar(select(func.max(Announcement.id)))
+        said = f"{said}-{session.scalar(select(func.count(SupersededResult.id)))}"  # a rejudging applied
         return (f"{counts[0]}-{counts[1]}-{counts[2]}-{results}-{bool(c and c.closed)}-{bool(c and is_closed(c))}"
                 f"-{c and c.frozen_at and c.frozen_at.isoformat()}-{excluded}-{said}")
 
