@@ -126,10 +126,12 @@ def job_log(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-THREE_TEAMS = {"ada": {"04_dce": "reference", "05_cse": "reference"},
-               "bob": {"04_dce": "stub", "05_cse": "raise ImportError('half done')\n"},
-               "cy": {"04_dce": "reference", "05_cse": "stub"}}
-STUBS = {("bob", "04_dce"), ("cy", "05_cse")}  # the shipped stubs: judged from their bytes, no job (fleet.py)
+# Two teams: one that solved both katas, one whose katas are the shipped stub and a file that raises on import.
+# Each team a machine grades costs it a nursery (a sandboxed Python importing torch, about 4 s of CPU): a third
+# team with the same kinds of files proved nothing more.
+TEAMS = {"ada": {"04_dce": "reference", "05_cse": "reference"},
+         "bob": {"04_dce": "stub", "05_cse": "raise ImportError('half done')\n"}}
+STUBS = {("bob", "04_dce")}  # the shipped stub: judged from its bytes, no job (fleet.py)
 
 
 # Its grading processes take this test run's machine lock (tests/conftest.py): each timed stretch holds the
@@ -145,18 +147,18 @@ def test_a_real_cluster_grades_every_job_once_on_both_workers_and_times_on_the_t
     cluster = Cluster(processes, tmp_path, lock=machine_lock_file)
     cluster.add_worker("w1")
     cluster.add_worker("w2")
-    subs = submissions(tmp_path, THREE_TEAMS)
+    subs = submissions(tmp_path, TEAMS)
     cluster.wait_for_workers(2)
     remote, remote_runs = score(tmp_path, subs, "--seed", "7", "--cluster", cluster.address, "--timing-host", "w2",
                                 name="remote", lock=machine_lock_file)
-    assert points(remote_runs) == {"ada": {"04_dce": 100.0, "05_cse": 100.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
-                                   "cy": {"04_dce": 100.0, "05_cse": 0.0}}, remote.stderr
+    assert points(remote_runs) == {"ada": {"04_dce": 100.0, "05_cse": 100.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0}}, \
+        remote.stderr
     assert "ImportError: half done" in remote_runs["bob"]["katas"]["05_cse"]["message"]
-    # Each job once: correctness on either worker, both of them grading; every speed level on w2 alone.
-    # The shipped stubs (bob's 04_dce, cy's 05_cse) are judged from their bytes, with no job; bob's 05_cse
-    # does not load, so it gets no speed job.
+    # Each job once: correctness on either worker, both of them grading (each team's jobs prefer a worker of
+    # their own: ada's on one, bob's on the other); every speed level on w2 alone. The shipped stub (bob's
+    # 04_dce) is judged from its bytes, with no job; bob's 05_cse does not load, so it gets no speed job.
     log = job_log(cluster.log)
-    graded = [(team, kata) for team in THREE_TEAMS for kata in KATAS if (team, kata) not in STUBS]
+    graded = [(team, kata) for team in TEAMS for kata in KATAS if (team, kata) not in STUBS]
     ended = Counter((e["team"], e["kata"], e["phase"]) for e in log if e["event"] == "end")
     assert ended == Counter({**{(team, kata, "correctness"): 1 for team, kata in graded},
                              **{(team, kata, "speed"): 1 for team, kata in graded if (team, kata) != ("bob", "05_cse")}})
@@ -181,7 +183,7 @@ def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
     cluster = Cluster(processes, tmp_path)
     cluster.add_worker("w1")
     cluster.add_worker("w2")
-    subs = submissions(tmp_path, THREE_TEAMS)
+    subs = submissions(tmp_path, TEAMS)
     cluster.wait_for_workers(2)
     organiser = processes(score_command(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address),
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -193,11 +195,11 @@ def test_a_worker_killed_mid_job_costs_no_kata(tmp_path, processes):
     assert organiser.returncode == 0, err
     runs = {run["team"]: run for run in json.loads((tmp_path / "run.json").read_text())}
     graded = [(team, kata) for team, run in runs.items() for kata, r in run["katas"].items() if r["status"] == "graded"]
-    assert sorted(graded) == sorted((team, kata) for team in THREE_TEAMS for kata in KATAS), err
+    assert sorted(graded) == sorted((team, kata) for team in TEAMS for kata in KATAS), err
     assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0}
     # Each (team, kata) reported once, the killed job included; its grading was finished by the other worker.
     reported = Counter(tuple(line.split("] ", 1)[1].split(":")[0].split()) for line in err.splitlines() if line.startswith("["))
-    assert reported == Counter({(team, kata): 1 for team in THREE_TEAMS for kata in KATAS}), err
+    assert reported == Counter({(team, kata): 1 for team in TEAMS for kata in KATAS}), err
     log = job_log(cluster.log)
     assert any(e["event"] == "start" and (e["team"], e["kata"]) == (first["team"], first["kata"]) and
                e["pid"] != first["pid"] for e in log)
@@ -210,7 +212,7 @@ def test_a_lost_scheduler_stops_the_run_and_a_resume_grades_the_rest(tmp_path, p
     lost jobs were saved as "crashed in 0s", stored as each team's run, and a resume found nothing to grade.)"""
     cluster = Cluster(processes, tmp_path)
     cluster.add_worker("w1", threads=1)
-    subs = submissions(tmp_path, THREE_TEAMS)
+    subs = submissions(tmp_path, TEAMS)
     cluster.wait_for_workers(1)
     organiser = processes(score_command(tmp_path, subs, "--no-speed", "--seed", "7", "--cluster", cluster.address),
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -224,17 +226,16 @@ def test_a_lost_scheduler_stops_the_run_and_a_resume_grades_the_rest(tmp_path, p
     assert not (tmp_path / "LEADERBOARD.md").exists() and not list((tmp_path / "results").glob("*/*.json"))
     saved = {(p.parent.name, p.name.split(".")[0]): json.loads(p.read_text())
              for p in (tmp_path / "results" / ".runs" / run / "jobs").glob("*/[!.]*.json")}
-    assert len(saved) < len(THREE_TEAMS) * len(KATAS) and not [k for k, r in saved.items() if "crashed" in json.dumps(r)]
+    assert len(saved) < len(TEAMS) * len(KATAS) and not [k for k, r in saved.items() if "crashed" in json.dumps(r)]
     second = tmp_path / "second"
     second.mkdir()
     again = Cluster(processes, second)
     again.add_worker("w2")
     again.wait_for_workers(1)
     proc, runs = score(tmp_path, subs, "--resume", run, "--cluster", again.address, name="resumed")
-    assert points(runs) == {"ada": {"04_dce": 80.0, "05_cse": 80.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0},
-                            "cy": {"04_dce": 80.0, "05_cse": 0.0}}, proc.stderr
+    assert points(runs) == {"ada": {"04_dce": 80.0, "05_cse": 80.0}, "bob": {"04_dce": 0.0, "05_cse": 0.0}}, proc.stderr
     graded_again = {(e["team"], e["kata"]) for e in job_log(again.log) if e["event"] == "end"}
-    assert graded_again == {(team, kata) for team in THREE_TEAMS for kata in KATAS} - set(saved), (graded_again, saved)
+    assert graded_again == {(team, kata) for team in TEAMS for kata in KATAS} - set(saved), (graded_again, saved)
     assert "| ada " in (tmp_path / "LEADERBOARD.md").read_text()
 
 
@@ -262,13 +263,13 @@ def lock_replay(path) -> tuple[list, int]:
 def test_a_timed_stretch_never_runs_beside_other_grading_on_its_machine(tmp_path, machine_lock_file):
     """The local cluster (one worker, two threads), one job per (team, kata): the machine lock's log, in the
     order its holders wrote it, shows every timed stretch holding the machine alone, while correctness
-    checks of two jobs did run side by side."""
-    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"},
-                                  "bob": {"04_dce": EDITED_STUB, "05_cse": EDITED_STUB}})
+    checks of two jobs did run side by side. One team's two katas, graded at once, are the two jobs: a
+    second team only added a nursery (torch imported in a sandbox) and the same kind of job."""
+    subs = submissions(tmp_path, {"ada": {"04_dce": "reference", "05_cse": "reference"}})
     log, locks = tmp_path / "jobs.log", tmp_path / "lock.log"
     proc, runs = score(tmp_path, subs, "--seed", "3", "--jobs", "2", lock=machine_lock_file,
                        env={"FX_KATAS_JOB_LOG": str(log), "FX_KATAS_LOCK_LOG": str(locks)})
-    assert Counter(e["phase"] for e in job_log(log) if e["event"] == "end") == Counter({"all": 4})
+    assert Counter(e["phase"] for e in job_log(log) if e["event"] == "end") == Counter({"all": 2})
     beside, together = lock_replay(locks)
     assert not beside, beside[:3]
     timed = [e for e in job_log(locks) if e["event"] == "exclusive"]
@@ -336,33 +337,33 @@ def test_a_worker_at_another_project_version_is_refused(tmp_path, processes):
 
 
 def test_resume_grades_only_what_the_killed_organiser_had_not(tmp_path, processes):
-    subs = submissions(tmp_path, THREE_TEAMS)
+    subs = submissions(tmp_path, TEAMS)
     log = tmp_path / "jobs.log"
     env = {**os.environ, "FX_KATAS_JOB_LOG": str(log)}
     organiser = processes(score_command(tmp_path, subs, "--no-speed", "--jobs", "2"), cwd=tmp_path, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     run = organiser.stdout.readline().split("--resume ")[1].rstrip(").\n")
     saved = tmp_path / "results" / ".runs" / run / "jobs"
-    # the two stubs are saved at once (judged from their bytes); then one graded job at least
-    wait_for(lambda: len(list(saved.glob("*/[!.]*.json"))) >= 3, 300, "three saved results")
+    # the stub is saved at once (judged from its bytes); then one graded job at least
+    wait_for(lambda: len(list(saved.glob("*/[!.]*.json"))) >= 2, 300, "two saved results")
     os.killpg(organiser.pid, signal.SIGKILL)  # the organiser and the cluster in it
     organiser.wait()
     before = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "end"}
     stored = {(path.parent.name, path.name.split(".")[0]) for path in saved.glob("*/[!.]*.json")}
-    assert len(stored) < len(THREE_TEAMS) * len(KATAS)
+    assert len(stored) < len(TEAMS) * len(KATAS)
     (saved / "ada").mkdir(exist_ok=True)
     (saved / "ada" / ".tmp-killed.json").write_text('{"team": "ada", "kata": "05_cse", "phase": "correctness", "resu')
     log.rename(tmp_path / "jobs.before.log")
-    # cy finishes 05_cse meanwhile: the result saved for its stub no longer describes its file
-    (subs / "cy" / "05_cse" / "solution.py").write_bytes((REPO_ROOT / "reference" / "05_cse" / "solution.py").read_bytes())
+    # bob finishes 04_dce meanwhile: the result saved for its stub no longer describes its file
+    (subs / "bob" / "04_dce" / "solution.py").write_bytes((REPO_ROOT / "reference" / "04_dce" / "solution.py").read_bytes())
     proc, runs = score(tmp_path, subs, "--resume", run, env={"FX_KATAS_JOB_LOG": str(log)}, name="resumed")
     again = {(e["team"], e["kata"]) for e in job_log(log) if e["event"] == "start"}
-    everything = {(team, kata) for team in THREE_TEAMS for kata in KATAS}
-    assert again == everything - stored | {("cy", "05_cse")}, (again, stored)
-    assert f"Resuming run {run}: {len(stored) - 1} of 6 jobs already graded" in proc.stderr
-    assert f"cy 05_cse: its solution file is not the one run {run} graded" in proc.stderr
+    everything = {(team, kata) for team in TEAMS for kata in KATAS}
+    assert again == everything - stored | {("bob", "04_dce")}, (again, stored)
+    assert f"Resuming run {run}: {len(stored) - 1} of {len(everything)} jobs already graded" in proc.stderr
+    assert f"bob 04_dce: its solution file is not the one run {run} graded" in proc.stderr
     assert points(runs)["ada"] == {"04_dce": 80.0, "05_cse": 80.0} and len({r["seed"] for r in runs.values()}) == 1
-    assert points(runs)["cy"] == {"04_dce": 80.0, "05_cse": 80.0}  # its files' points, beside its files' hash
+    assert points(runs)["bob"] == {"04_dce": 80.0, "05_cse": 0.0}  # its files' points, beside its files' hash
     assert before >= stored - STUBS
 
 
