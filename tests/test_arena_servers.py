@@ -194,3 +194,38 @@ def test_three_hundred_open_boards_cost_one_database_read_a_tick(tmp_path):
             stream.close()
         server.should_exit = True
         thread.join(30)
+
+
+def test_a_request_whose_headers_never_end_is_cut_off(tmp_path):
+    """A client that opens a connection and sends a header line now and then, never the blank line that ends
+    the headers (slowloris), is disconnected after the server's read time-out (`serve --read-timeout`); before,
+    uvicorn held such a connection, and a socket of the server, for as long as the client liked. A request that
+    completes on the same server is answered as ever."""
+    import socket
+
+    from arena_support import http
+
+    db = f"sqlite:///{tmp_path / 'arena.db'}"
+    create(db, "--kata", "04_dce")
+    server = Server(db, tmp_path, "--grading-threads", "0", "--read-timeout", "1").start()
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        slow.sendall(b"GET /api/board HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        closed = False
+        for n in range(20):  # a header line every half second: never idle, never done
+            time.sleep(0.5)
+            try:
+                slow.sendall(f"X-Trickle-{n}: {n}\r\n".encode())
+            except OSError:
+                closed = True
+                break
+        if not closed:
+            try:
+                closed = slow.recv(100) == b""  # the server closed it
+            except TimeoutError:  # 30 s and still open
+                closed = False
+        slow.close()
+        assert closed, "the connection stayed open"
+        assert http(server.url + "/api/board").status == 200
+    finally:
+        server.stop()

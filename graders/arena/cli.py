@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     serve.add_argument("--grading-threads", type=int, default=1, metavar="N",
                        help="submissions graded at once (default 1)")
     serve.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
-                       help="an upload whose body stalls this many seconds is cut off with 408 (default 10)")
+                       help="an upload whose body stalls this many seconds is cut off with 408, and a connection "
+                            "whose request line and headers take longer is closed (default 10)")
     serve.add_argument("--lease", type=float, default=15.0, metavar="S",
                        help="a server's claim on the submission it grades lasts S seconds unless renewed; another "
                             "server on the same database takes over a submission only when its lease runs out (default 15)")
@@ -184,8 +185,36 @@ def serve(db: Database, args) -> int:
     app = make_app(db, make_grader(args.cluster, grades=args.grading_threads > 0, certificates=args.certificates),
                    grading_threads=args.grading_threads, read_timeout=args.read_timeout, lease=args.lease)
     print(f"Serving the board at http://{args.host}:{args.port}/ (database {db.shown_url}).", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3,
+                http=headers_within(args.read_timeout))
     return 0
+
+
+def headers_within(seconds: float):
+    """uvicorn's HTTP/1.1 protocol (h11), except that a request's line and headers must arrive within `seconds`
+    of the connection (or of the previous response): uvicorn times only an idle keep-alive connection, so a
+    client that sends a header line now and then held its connection, and a socket of the server, forever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadersWithin(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._expect_request()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._expect_request()
+
+        def _expect_request(self) -> None:
+            waiting_since = self.cycle  # a request read after this replaces the cycle
+
+            def late() -> None:
+                if self.cycle is waiting_since and not self.transport.is_closing():
+                    self.transport.close()
+
+            self.loop.call_later(seconds, late)
+
+    return HeadersWithin
 
 
 def main(argv=None) -> int:
