@@ -1,0 +1,62 @@
+"""Kata 11's bad inputs each get one sentence naming what is wrong, not a traceback: a pass that returns a
+GraphModule where a program is expected, a program that does not validate, a node without meta['val'], a
+guard the pass added (a symbolic batch read as an int). Each solution is the reference with an ending of its own."""
+import pytest
+
+from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.run import exported
+from graders.run.session import GradingSession
+
+pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
+
+KATA = "11_export_conv_bn"
+REFERENCE = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
+
+
+def verdict(tmp_path, ending: str, check: str = "single_pair", level: int = 1) -> str:
+    """The message of one check of the reference whose fuse_conv_bn result goes through `ending` first."""
+    folder = tmp_path / KATA
+    folder.mkdir()
+    (folder / "solution.py").write_text(REFERENCE.replace("def fuse_conv_bn(", "def _fuse_conv_bn(") + f"""
+
+def fuse_conv_bn(ep):
+    new = _fuse_conv_bn(ep)
+{ending}
+""")
+    session = GradingSession(tmp_path, seed=0)
+    try:
+        result = session.run(next(c for c in load_grader(KATA).checks_at(level) if c.name == check))
+    finally:
+        session.close()
+    assert not result.passed
+    assert "Traceback" not in result.message and "could not finish" not in result.message, result.message
+    return result.message
+
+
+def test_a_graph_module_where_a_program_is_expected(tmp_path):
+    message = verdict(tmp_path, "    return new.module()")
+    assert "fuse_conv_bn returned a GraphModule; the kata asks for fuse_conv_bn(ep: torch.export.ExportedProgram)" \
+           in message, message
+
+
+def test_a_program_that_does_not_validate(tmp_path):
+    message = verdict(tmp_path, "    new.state_dict.pop(next(iter(new.state_dict)))\n    return new")
+    assert "the program fuse_conv_bn returned" in message and ("does not validate" in message
+                                                               or "cannot be turned into a module" in message), message
+
+
+def test_a_node_without_meta_val(tmp_path):
+    message = verdict(tmp_path, "    del next(n for n in new.graph.nodes if n.op == 'call_function').meta['val']\n"
+                                "    return new")
+    # torch's verifier names it first (ExportedProgram.validate: "Node.meta convolution is missing val field").
+    assert "carry no meta['val']" in message or ("does not validate" in message and "convolution" in message
+                                                  and "val" in message), message
+
+
+def test_a_guard_the_pass_added(tmp_path, monkeypatch):
+    # A fresh export: a program loaded from bytes has no sources for its symbols, so torch writes no guard code
+    # for what a pass specialises there (the exporter hands out such copies after a structure's first export).
+    monkeypatch.setattr(exported, "_SAVED", {})
+    message = verdict(tmp_path, "    int(next(n for n in ep.graph.nodes if n.op == 'call_function').meta['val'].shape[0])\n"
+                                "    return _fuse_conv_bn(ep)", check="dynamic_batch", level=2)
+    assert "other guards than the program it was given; added: L['input'].size()[0] == 2" in message, message
