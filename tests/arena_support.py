@@ -68,6 +68,15 @@ def add_team(db: str, name: str) -> str:
     return token_of(arena("team", "add", "--db", db, name).stdout)
 
 
+def add_teams(db: str, *names: str) -> list[str]:
+    """Each team's token, in order: one `arena.py team add` for them all (a command is a Python start, about 1 s
+    of CPU)."""
+    added = arena("team", "add", "--db", db, *names).stdout
+    tokens = re.findall(r"token \(shown once; only its hash is kept\): (\S+)", added)
+    assert len(tokens) == len(names), tokens
+    return tokens
+
+
 class Response:
     def __init__(self, status: int, headers, body: bytes):
         self.status, self.headers, self.body = status, headers, body
@@ -247,8 +256,16 @@ class Server:
         raise AssertionError(f"{what}: not within {timeout}s")
 
 
+def token_option(token: str) -> str:
+    """`--token=TOKEN`, never `--token TOKEN`: a token (secrets.token_urlsafe) begins with '-' once in 64, and
+    argparse reads `--token -x...` as a missing value ("expected one argument"). A test whose team drew such a
+    token failed: with three, test_create_teams_submit_through_the_cli_read_results_and_close about 1 run in 22.
+    `score.py --submit URL --token TOKEN`, as the docs write it, fails the same way for such a team."""
+    return f"--token={token}"
+
+
 def score_submit(url: str, token: str, tree: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, SCORE, "--submit", url, "--token", token, "--solutions", str(tree)],
+    return subprocess.run([sys.executable, SCORE, "--submit", url, token_option(token), "--solutions", str(tree)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
 
 

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from arena_support import (NO_OP_01, Server, add_team, arena, bomb, create, free_port, http, multipart, score_submit,
-                           solution, tar_of, tree)
+from arena_support import (NO_OP_01, Server, add_team, add_teams, arena, bomb, create, free_port, http, multipart,
+                           score_submit, solution, tar_of, tree)
 from graders.competition.store import load_runs
 
 pytestmark = pytest.mark.timeout(900)
@@ -41,7 +41,7 @@ def running(tmp_path):
 def test_create_teams_submit_through_the_cli_read_results_and_close(tmp_path, running):
     db = f"sqlite:///{tmp_path / 'arena.db'}"
     organiser = create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
-    alpha, beta, gamma = add_team(db, "Alpha"), add_team(db, "Beta"), add_team(db, "Gamma")
+    alpha, beta, gamma = add_teams(db, "Alpha", "Beta", "Gamma")
     server = running(db)
 
     done = score_submit(server.url, alpha, tree(tmp_path / "alpha", {
@@ -143,7 +143,8 @@ def secure(tmp_path_factory):
     db_file = tmp / "arena.db"
     db = f"sqlite:///{db_file}"
     organiser = create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--rate", "3/600")
-    teams = {name: add_team(db, name) for name in ("Red", "Blue", "<script>alert(1)</script>", "Limited")}
+    names = ("Red", "Blue", "<script>alert(1)</script>", "Limited")
+    teams = dict(zip(names, add_teams(db, *names)))
     server = Server(db, tmp, "--grading-threads", "0", "--read-timeout", "1")
     try:
         server.start()

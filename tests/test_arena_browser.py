@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from arena_support import SCORE, Server, add_team, create, solution, tree
+from arena_support import SCORE, Server, add_teams, create, solution, token_option, tree
 from graders.frame.catalogue import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,7 +41,7 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
 
     db = f"sqlite:///{tmp_path / 'arena.db'}"
     create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
-    orbit, form_team = add_team(db, "Orbit"), add_team(db, "Form <Team>")
+    orbit, form_team = add_teams(db, "Orbit", "Form <Team>")
     server = Server(db, tmp_path)
     cli = None
     try:
@@ -58,7 +58,7 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                 assert page.locator("tr[data-team='Orbit']").count() == 0
                 page.evaluate("window.notReloaded = true")
 
-                cli = subprocess.Popen([sys.executable, SCORE, "--submit", server.url, "--token", orbit, "--solutions",
+                cli = subprocess.Popen([sys.executable, SCORE, "--submit", server.url, token_option(orbit), "--solutions",
                                         str(tree(tmp_path / "orbit", {"01_linear_relu/solution.py": solution("01_linear_relu")}))],
                                        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 row = page.locator("tr[data-team='Orbit']")
