@@ -363,3 +363,11 @@ def test_a_request_that_raised_is_answered_500_with_a_sentence_and_the_security_
             assert headers[b"x-frame-options"] == b"DENY" and b"script-src 'self'" in headers[b"content-security-policy"]
     finally:
         logging.getLogger("arena").disabled = False
+
+
+def test_no_token_starts_with_a_dash():
+    """`score.py --submit URL --token TOKEN` as documented: argparse reads a value starting with '-' as an
+    option ("expected one argument"), and token_urlsafe starts 1 token in 64 with one."""
+    from graders.arena.db import new_token
+
+    assert not any(new_token().startswith("-") for _ in range(2000))

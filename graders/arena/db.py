@@ -42,7 +42,11 @@ def now() -> datetime.datetime:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(24)
+    """A secret for a team or the organiser; never one that starts with '-', which a command line such as
+    `score.py --submit URL --token TOKEN` reads as an option (1 token in 64 did)."""
+    while (token := secrets.token_urlsafe(24)).startswith("-"):
+        pass
+    return token
 
 
 def token_hash(token: str) -> str:

@@ -116,9 +116,14 @@ class Fleet:
 
     def home(self, team: str) -> str | None:
         """The worker `team`'s jobs prefer: the one it was given, while that one is in the fleet (and has refused
-        nothing); otherwise the worker with the fewest teams (ties: the first by address)."""
+        nothing); otherwise the worker with the fewest teams (ties: the first by address). None with fewer than
+        two workers: a preference among one is none, and Dask never hands a job that prefers a lost worker to a
+        worker that joins afterwards (distributed's bulk_schedule_unrunnable_after_adding_worker ignores loose
+        restrictions), so a one-machine fleet whose worker restarts under a new address would wait forever."""
         workers = sorted(worker for worker in self.workers() if worker not in self.refusals)
-        if workers and self._homes.get(team) not in workers:
+        if len(workers) < 2:
+            return None
+        if self._homes.get(team) not in workers:
             teams = {worker: 0 for worker in workers}
             for worker in self._homes.values():
                 if worker in teams:
