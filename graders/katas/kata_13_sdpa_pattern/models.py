@@ -91,7 +91,10 @@ def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, 
          expect: int | None = None) -> Case:
     """Inputs q, k, v of shape (batch, heads, seq, dim) and, where a block masks, a mask (batch, 1, seq, seq).
     The batch is symbolic (or static `batch`), the sequence length symbolic with `dynamic_seq`; the graded
-    graph is traced once on fakes, then run at batch sizes 1 and 3 (and, with `dynamic_seq`, other lengths)."""
+    graph is traced once on fakes, then run at batch sizes 1 and 3 (and, with `dynamic_seq`, other lengths),
+    or, static, at its own batch. A symbolic trace costs about five times a static one (sympy reasons about
+    every view and expand): only the cases whose point is a size symbol (or that stand for the graph a
+    learner meets first) are symbolic."""
     masked = any(s.mask for s in spellings)
     value_dtype = value_dtype or dtype
 
@@ -110,24 +113,30 @@ def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, 
                 batch_sizes=(batch,) if batch else (1, 3), cpu_only=CPU_ONLY, extra={"dynamic": dynamic})
 
 
+# Static (every size a number) where a case's point is a spelling, a scale or a refusal; symbolic where it is the
+# graph a learner meets first (divided_by_sqrt_d) or a size symbol (dynamic_sequence_length, every_spelling: each
+# of the four patterns on a symbolic batch and sequence length) and in half the hidden models.
+STATIC = 2
+
 L1_CASES = {
     "divided_by_sqrt_d": case([Spelling()], "register softmax(q @ k.transpose(-2, -1) / inv_scale, dim=-1) @ v as "
                               "the search pattern, traced on example inputs with fwd_only."),
     "two_heads_of_width_64": case([Spelling()], "the pattern does not depend on the sizes it was traced with: "
-                                  "register_replacement ignores the sizes in views and expands.", heads=2, dim=64),
+                                  "register_replacement ignores the sizes in views and expands.", heads=2, dim=64,
+                                  batch=STATIC),
 }
 SCALE = "the replacement must pass scale=: SDPA's default is 1/sqrt(head dim), and this model scales by another number."
 EXACT_CASES: dict[str, Case] = {
     "multiplied_by_inverse": case([Spelling(scale_op="mul")], "scores * (1/sqrt(d)) traces to aten.mul, not aten.div: "
-                                  "another search pattern."),
-    "non_default_scale_div": case([Spelling(scale=0.1)], SCALE),
-    "non_default_scale_mul": case([Spelling(scale_op="mul", scale=0.05)], SCALE),
+                                  "another search pattern.", batch=STATIC),
+    "non_default_scale_div": case([Spelling(scale=0.1)], SCALE, batch=STATIC),
+    "non_default_scale_mul": case([Spelling(scale_op="mul", scale=0.05)], SCALE, batch=STATIC),
     "additive_mask": case([Spelling(mask=True)], "softmax(scores + mask) is attention with attn_mask=mask: one more "
-                          "pattern, with the mask as an input."),
+                          "pattern, with the mask as an input.", batch=STATIC),
     "dynamic_sequence_length": case([Spelling(mask=True)], "the sequence length is a size symbol here: a pattern "
                                     "traced with static sizes still matches.", dynamic_seq=True),
     "two_blocks": case([Spelling(), Spelling(scale_op="mul")], "each block is one match: apply the pass once, it "
-                       "finds them all."),
+                       "finds them all.", batch=STATIC),
     "batch_of_one": case([Spelling()], "with a static batch of 1 the graph has no symbolic batch.", batch=1),
     "every_spelling": case([Spelling(matmul="torch", transpose="mT", softmax="module"),
                             Spelling(matmul="method", transpose="positive", softmax="functional", scale_op="mul"),
@@ -135,17 +144,20 @@ EXACT_CASES: dict[str, Case] = {
                            "torch.matmul, .mT, nn.Softmax or F.softmax all trace to the same ATen ops.", dynamic_seq=True),
     # Must not be replaced.
     "softmax_over_queries": case([Spelling(softmax_dim=-2)], "a softmax over dim -2 is not attention over the keys: "
-                                 "register_replacement rechecks a match by tracing the pattern again on its inputs."),
+                                 "register_replacement rechecks a match by tracing the pattern again on its inputs.",
+                                 batch=STATIC),
     "weights_also_returned": case([Spelling(returns_weights=True)], "the attention weights are an output: a fused "
-                                  "SDPA never materialises them, so the match must be refused."),
+                                  "SDPA never materialises them, so the match must be refused.",
+                                  batch=STATIC),
     "scale_in_a_tensor_parameter": case([Spelling(scale_param=True)], "here the scale is a tensor (a graph node), and "
-                                        "SDPA's scale= takes a float: refuse the match in extra_check."),
+                                        "SDPA's scale= takes a float: refuse the match in extra_check.",
+                                        batch=STATIC),
     "query_and_value_dtypes_differ": case([Spelling(mask=True)], "a float64 mask promotes the scores, so value is "
                                           "float64 while query and key are float32: SDPA refuses mixed dtypes; check "
                                           "the dtypes of query, key and value (meta['val']) in extra_check.",
-                                          value_dtype=torch.float64, expect=0),
+                                          value_dtype=torch.float64, expect=0, batch=STATIC),
     "genuine_next_to_a_lookalike": case([Spelling(softmax_dim=-2), Spelling(scale_op="mul", scale=0.2)],
-                                        "the first block is no attention over the keys, the second is."),
+                                        "the first block is no attention over the keys, the second is.", batch=STATIC),
 }
 
 # L3: one attention of 2 x 8 heads x 512 positions x 64, float32: the hand-written form writes five 16 MiB score
@@ -160,9 +172,10 @@ LOOKALIKES = {
 
 
 def hidden_case(rng: random.Random) -> Case:
-    """Two or three blocks of random spellings (one look-alike at most), random sizes, a mask or not, the
-    sequence length symbolic or not. At least two heads: with one static head make_fx reads a size of an
-    intermediate score tensor (aten.sym_size of it), a use outside the pattern that no matcher may erase."""
+    """Two or three blocks of random spellings (one look-alike at most), random sizes, a mask or not, the batch
+    and the sequence length symbolic or every size static. At least two heads: with one static head make_fx reads
+    a size of an intermediate score tensor (aten.sym_size of it), a use outside the pattern that no matcher may
+    erase."""
     masked = rng.random() < 0.7
     spellings = []
     for _ in range(rng.randint(2, 3)):
@@ -173,6 +186,8 @@ def hidden_case(rng: random.Random) -> Case:
     if rng.random() < 0.6:
         index = rng.randrange(len(spellings))
         spellings[index] = LOOKALIKES[rng.choice(sorted(LOOKALIKES))](spellings[index])
+    heads, seq, dim = rng.choice([3, 4]), rng.choice([5, 6, 7, 9]), rng.choice([8, 16, 24, 32])
+    symbolic = rng.random() < 0.5  # the batch and the sequence length size symbols; otherwise every size static
     return case(spellings, "the pass must find every attention whatever its spelling, sizes and scale, and leave "
-                "look-alikes alone.", heads=rng.choice([3, 4]), seq=rng.choice([5, 6, 7, 9]),
-                dim=rng.choice([8, 16, 24, 32]), dynamic_seq=rng.random() < 0.5)
+                "look-alikes alone.", heads=heads, seq=seq, dim=dim, dynamic_seq=symbolic,
+                batch=None if symbolic else STATIC)
