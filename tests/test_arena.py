@@ -13,10 +13,12 @@ import time
 import urllib.request
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from arena_support import (NO_OP_01, Server, add_team, add_teams, arena, bomb, create, free_port, http, multipart,
                            score_submit, solution, tar_of, tree)
 from graders.competition.store import load_runs
+from postgres_support import Postgres
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -138,19 +140,40 @@ def test_a_server_killed_mid_grading_resumes_without_losing_or_counting_twice(tm
 # (--grading-threads 0): what is refused or hidden does not depend on grading.
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory):
+def postgres():
+    server = Postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def secure(request, tmp_path_factory, postgres):
+    """One server per database kind: every security case runs on SQLite and on a real PostgreSQL server
+    (tests/postgres_support.py; skipped with its sentence where none can be started)."""
     tmp = tmp_path_factory.mktemp("secure")
-    db_file = tmp / "arena.db"
-    db = f"sqlite:///{db_file}"
+    if request.param == "postgresql" and postgres.problem:
+        pytest.skip(postgres.problem)
+    db = f"sqlite:///{tmp / 'arena.db'}" if request.param == "sqlite" else postgres.database()
     organiser = create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--rate", "3/600")
     names = ("Red", "Blue", "<script>alert(1)</script>", "Limited")
     teams = dict(zip(names, add_teams(db, *names)))
     server = Server(db, tmp, "--grading-threads", "0", "--read-timeout", "1")
     try:
         server.start()
-        yield server, db_file, organiser, teams
+        yield server, db, organiser, teams
     finally:
         server.stop()
+
+
+def sql(db: str, statement: str, **params):
+    """Run one statement on the database at URL `db` (SQLite or PostgreSQL); the first row, if any."""
+    engine = create_engine(db)
+    try:
+        with engine.begin() as connection:
+            result = connection.execute(text(statement), params)
+            return result.fetchone() if result.returns_rows else None
+    finally:
+        engine.dispose()
 
 
 def good_tar(tag="") -> bytes:
@@ -184,13 +207,13 @@ def test_wrong_token_is_refused(secure):
 
 
 def test_a_team_cannot_read_another_teams_code_or_pending_results(secure):
-    server, db_file, organiser, teams = secure
+    server, db, organiser, teams = secure
     sid = server.submit(teams["Red"], good_tar("red's secret")).json()["id"]
-    with sqlite3.connect(db_file) as connection:  # a kata graded, the submission still running: pending
-        connection.execute("update submission set status = 'running' where id = ?", (sid,))
-        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values (?, ?, ?, ?, "
-                           "datetime('now'))", (sid, "04_dce", 77.0, json.dumps({"status": "graded", "points": 77.0,
-                           "levels": {"1": [20, 20]}, "message": "red's sentence", "checks": []})))
+    # a kata graded, the submission still running: pending
+    sql(db, "update submission set status = 'running' where id = :sid", sid=sid)
+    sql(db, "insert into kata_result (submission_id, kata, points, summary, graded_at) values (:sid, '04_dce', 77.0, "
+            ":summary, CURRENT_TIMESTAMP)", sid=sid, summary=json.dumps({"status": "graded", "points": 77.0,
+            "levels": {"1": [20, 20]}, "message": "red's sentence", "checks": []}))
     assert server.get(f"/api/submissions/{sid}/files", token=teams["Blue"]).status == 403
     assert server.get(f"/api/submissions/{sid}/files").status == 403
     assert "red's secret" in server.get(f"/api/submissions/{sid}/files", token=teams["Red"]).json()["04_dce/solution.py"]
@@ -249,17 +272,17 @@ def test_only_solution_files_are_kept(secure):
 
 
 def test_a_script_team_name_and_messages_are_escaped(secure):
-    server, db_file, _, teams = secure
+    server, db, _, teams = secure
     name = "<script>alert(1)</script>"
     sid = server.submit(teams[name], good_tar()).json()["id"]
-    with sqlite3.connect(db_file) as connection:  # a check's sentence that quotes the team's code
-        connection.execute("insert into kata_result (submission_id, kata, points, summary, graded_at) values (?, ?, ?, ?, "
-                           "datetime('now'))", (sid, "04_dce", 0.0, json.dumps({
-                               "status": "graded", "points": 0.0, "levels": {}, "message": "<script>steal()</script>",
-                               "checks": [{"level": 1, "check": "<img src=x>", "passed": False, "skipped": False,
-                                           "message": "got <script>steal()</script>\n\nGraph before the pass:\nopcode  name\n"
-                                                      "------  ----\nplaceholder  <b>x</b>"}]})))
-        connection.execute("update submission set status = 'graded', total_points = 0 where id = ?", (sid,))
+    # a check's sentence that quotes the team's code
+    sql(db, "insert into kata_result (submission_id, kata, points, summary, graded_at) values (:sid, '04_dce', 0.0, "
+            ":summary, CURRENT_TIMESTAMP)", sid=sid, summary=json.dumps({
+                "status": "graded", "points": 0.0, "levels": {}, "message": "<script>steal()</script>",
+                "checks": [{"level": 1, "check": "<img src=x>", "passed": False, "skipped": False,
+                            "message": "got <script>steal()</script>\n\nGraph before the pass:\nopcode  name\n"
+                                       "------  ----\nplaceholder  <b>x</b>"}]}))
+    sql(db, "update submission set status = 'graded', total_points = 0 where id = :sid", sid=sid)
     from urllib.parse import quote
     pages = ["/", f"/teams/{quote(name, safe='')}", f"/submissions/{sid}", "/katas/04_dce"]
     for page in pages:
@@ -341,8 +364,8 @@ def test_refused_uploads_count_against_the_rate_limit(secure, tmp_path):
 
 
 def test_the_seed_is_in_no_response_before_the_close(secure):
-    server, db_file, _, teams = secure
-    seed = str(count(db_file, "select seed from competition"))
+    server, db, _, teams = secure
+    seed = str(sql(db, "select seed from competition")[0])
     sid = server.submit(teams["Blue"], good_tar("seed")).json()["id"]
     paths = ["/", "/api/competition", "/api/board", "/api/katas/04_dce", "/katas/04_dce", "/api/teams/Blue",
              "/teams/Blue", f"/api/submissions/{sid}", f"/submissions/{sid}", f"/api/submissions/{sid}/files", "/api/me"]
@@ -484,12 +507,11 @@ def test_a_body_that_stalls_is_cut_off_with_408(secure, path):
 def test_the_board_says_when_the_grading_finished(secure):
     """The board's graded_at is when the submission's grading finished, `submitted` when it came (before:
     graded_at was the submission's time)."""
-    server, db_file, _, _ = secure
+    server, db, _, _ = secure
     name, team = new_team(secure)
     sid = server.submit(team, good_tar("when")).json()["id"]
-    with sqlite3.connect(db_file) as connection:
-        connection.execute("update submission set status = 'graded', total_points = 0, created = '2026-01-01 10:00:00', "
-                           "graded_at = '2026-01-01 10:07:30' where id = ?", (sid,))
+    sql(db, "update submission set status = 'graded', total_points = 0, created = '2026-01-01 10:00:00', "
+            "graded_at = '2026-01-01 10:07:30' where id = :sid", sid=sid)
     row = next(r for r in server.get("/api/board").json()["rows"] if r["team"] == name)
     assert (row["submitted"], row["graded_at"]) == ("2026-01-01T10:00:00Z", "2026-01-01T10:07:30Z")
 
