@@ -1,7 +1,8 @@
 """The live board in a real browser: Playwright drives Debian's chromium (/usr/bin/chromium, never a
 downloaded browser). The board is open; a team submits through the CLI; its row appears and its points
 change on the open page, without a reload; then a team submits through the page's upload form; all of it
-under the server's Content-Security-Policy, which the browser enforces. At the close the open board drops
+under the server's Content-Security-Policy, which the browser enforces; the organiser freezes the board and
+applies a rejudging, and the open page says so and marks the row. At the close the open board drops
 its upload form and shows the seed, without a reload; on a phone's screen it is laid out at the phone's
 width."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from arena_support import SCORE, Server, add_teams, create, solution, token_option, tree
+from arena_support import SCORE, Server, add_teams, arena, create, http, solution, token_option, tree
 from graders.frame.catalogue import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -40,7 +41,7 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     db = f"sqlite:///{tmp_path / 'arena.db'}"
-    create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
+    organiser = create(db, "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
     orbit, form_team = add_teams(db, "Orbit", "Form <Team>")
     server = Server(db, tmp_path)
     cli = None
@@ -89,6 +90,25 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                 page.goto(server.url + "/")
                 expect(page.locator("tr[data-team='Form <Team>'] td").nth(2)).to_have_text("80.0")
                 print(f"board: {page.locator('#rows').inner_text()!r}")
+
+                # The organiser freezes the board and rejudges Orbit (its stored verdict as an earlier, wrong
+                # grader left it): the open page says it is frozen and marks the row rejudged, without a reload.
+                page.evaluate("window.notReloaded = true")
+                assert http(server.url + "/api/admin/freeze", token=organiser, data=b"{}", kind="application/json").status == 200
+                expect(page.locator("#frozen")).to_contain_text("The board is frozen since", timeout=30_000)
+                with sqlite3.connect(tmp_path / "arena.db") as connection:
+                    connection.execute("""update kata_result set points = 0, summary = replace(summary, '"points": 80.0',
+                                          '"points": 0.0') where submission_id = 1""")
+                arena("rejudge", "--db", db, "--team", "Orbit")
+                server.wait_for(lambda: http(server.url + "/api/admin/rejudgings/1", token=organiser).json()["status"]
+                                == "ready", 600, "the rejudging graded")
+                assert http(server.url + "/api/admin/rejudgings/1/apply", token=organiser, data=b"{}",
+                            kind="application/json").json()["changed"] == 1
+                orbit_row = page.locator("tr[data-team='Orbit'] td")
+                expect(orbit_row.last).to_have_text("rejudged", timeout=30_000)
+                expect(orbit_row.nth(2)).to_have_text("80.0")
+                assert page.evaluate("window.notReloaded") is True
+                print(f"frozen, rejudged board: {page.locator('#frozen').inner_text()!r} {page.locator('#rows').inner_text()!r}")
                 assert not [m for m in console if "Content Security Policy" in m], console
             finally:
                 browser.close()
