@@ -501,27 +501,3 @@ def test_a_tls_fleet_admits_only_workers_holding_its_certificate(tmp_path, proce
                        katas=["05_cse"])
     assert points(runs) == {"ada": {"05_cse": 80.0}} and "Warning" not in proc.stderr
     assert runs["ada"]["katas"]["05_cse"]["machine"]["worker"] == "trusted"
-
-
-def test_a_team_s_jobs_prefer_one_worker_and_the_teams_spread_evenly():
-    """Fleet.home: each team gets the worker with the fewest teams and keeps it while that worker is in the fleet
-    and refuses nothing (its nursery stays warm there); a lost or refusing home is replaced. The rule alone,
-    on a list of workers: the jobs themselves take it as a preference Dask may break (tests above)."""
-    from graders.competition.fleet import Fleet
-
-    fleet = Fleet.__new__(Fleet)  # no cluster: home() asks only workers() and the refusals
-    fleet._homes, fleet.refusals = {}, {}
-    alive = ["tcp://127.0.0.1:2", "tcp://127.0.0.1:1"]
-    fleet.workers = lambda: list(alive)
-    assert [fleet.home(team) for team in ("ada", "bob", "cy", "dan", "ada")] == [
-        "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:1"]
-    alive[1] = "tcp://127.0.0.1:4"  # 1 lost, 4 joined: its teams move
-    assert fleet.home("ada") == "tcp://127.0.0.1:4"
-    alive.append("tcp://127.0.0.1:3")
-    fleet.refusals["tcp://127.0.0.1:2"] = "worker tcp://127.0.0.1:2 on vm refuses ..."
-    assert fleet.home("bob") == "tcp://127.0.0.1:3"
-    # One usable worker: no preference (a job preferring a lost worker would wait for it forever).
-    alive.remove("tcp://127.0.0.1:4")
-    assert fleet.home("cy") is None and fleet.home("ada") is None
-    alive.clear()
-    assert fleet.home("eve") is None

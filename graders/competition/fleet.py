@@ -11,11 +11,11 @@ and the seed; the worker machine grades it in processes of its own and sends bac
 - One job per (team, kata) grades every level, as many at once per machine as its worker has threads.
   Timing stays alone, per machine: every grading process of a machine shares its machine lock, shared
   while checks run, exclusive while a speed level times (graders/frame/machinelock.py).
-- A team's jobs prefer one worker, its home (the worker with the fewest teams when the team's first job is
-  submitted): there the team's nursery, which forks the sandboxed worker of each of its katas, is started
-  once and stays warm. A preference, not a rule (Dask's loose restrictions): a worker with nothing to do
-  steals jobs from a busy one, and a home that is lost or refuses the job is no home. Spread over every
-  worker, a team's ten katas started up to ten nurseries, one per machine, each importing torch.
+- No job names a worker (but a speed job its timing host): the scheduler keeps each job until a worker has a
+  free thread, so a worker never holds more jobs than it runs, and a worker's death is charged to the job that
+  killed it alone (the fault isolation below). A team's jobs preferring one "home" worker (tried 2026-11-27,
+  for its nursery to stay warm) broke both: Dask sends a restricted job to its worker at once, where it waits
+  and dies with the culprit; and it never hands a job that prefers a lost worker to one that joins later.
 - `timing_host` splits a kata in two jobs: its correctness levels anywhere, then (once they are back,
   and only if the solution loaded) its speed level on that machine.
 - A kata whose file is its shipped stub, byte for byte, is judged at once from the bytes (every check
@@ -95,7 +95,6 @@ class Fleet:
         self.timing_host = timing_host
         self._timing_workers = self._resolve(timing_host) if timing_host else None
         self.refusals: dict[str, str] = {}  # worker address: its sentence
-        self._homes: dict[str, str] = {}  # team: the worker its jobs prefer
 
     def _resolve(self, host: str) -> list[str]:
         """The workers on `host` (a host name, an address or a worker's name)."""
@@ -114,23 +113,6 @@ class Fleet:
     def workers(self) -> list[str]:
         return list(self.client.scheduler_info(n_workers=-1)["workers"])
 
-    def home(self, team: str) -> str | None:
-        """The worker `team`'s jobs prefer: the one it was given, while that one is in the fleet (and has refused
-        nothing); otherwise the worker with the fewest teams (ties: the first by address). None with fewer than
-        two workers: a preference among one is none, and Dask never hands a job that prefers a lost worker to a
-        worker that joins afterwards (distributed's bulk_schedule_unrunnable_after_adding_worker ignores loose
-        restrictions), so a one-machine fleet whose worker restarts under a new address would wait forever."""
-        workers = sorted(worker for worker in self.workers() if worker not in self.refusals)
-        if len(workers) < 2:
-            return None
-        if self._homes.get(team) not in workers:
-            teams = {worker: 0 for worker in workers}
-            for worker in self._homes.values():
-                if worker in teams:
-                    teams[worker] += 1
-            self._homes[team] = min(workers, key=lambda worker: (teams[worker], worker))
-        return self._homes.get(team)
-
     def phases(self, speed: bool) -> list[str]:
         """The jobs of one kata: all levels in one, or with a timing host its correctness and its speed level."""
         return ["correctness", "speed"] if speed and self.timing_host else ["all"]
@@ -143,8 +125,6 @@ class Fleet:
         options: dict = {"pure": False, "key": f"grade-{job.phase}-{job.kata}-{job.team}-{os.urandom(4).hex()}"}
         if job.phase == "speed" and self._timing_workers:
             options["workers"] = self._timing_workers
-        elif (home := self.home(job.team)) and home not in job.refused_by:
-            options.update(workers=[home], allow_other_workers=True)  # where its nursery is warm; a preference
         if job.refused_by:
             others = [w for w in (options.get("workers") or self.workers()) if w not in job.refused_by]
             options["workers"] = others
