@@ -20,6 +20,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+from sqlalchemy import create_engine, text
+
 from graders.frame.catalogue import REPO_ROOT
 
 ARENA = str(REPO_ROOT / "graders" / "arena.py")
@@ -274,3 +276,14 @@ def tree(root: Path, files: dict[str, bytes]) -> Path:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(content)
     return root
+
+
+def sql(db: str, statement: str, **params) -> tuple | None:
+    """Run one statement on the database at URL `db` (SQLite or PostgreSQL); its first row as a tuple, if any."""
+    engine = create_engine(db)
+    try:
+        with engine.begin() as connection:
+            result = connection.execute(text(statement), params)
+            return tuple(result.fetchone()) if result.returns_rows else None
+    finally:
+        engine.dispose()

@@ -13,10 +13,9 @@ import time
 import urllib.request
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from arena_support import (NO_OP_01, Server, add_team, add_teams, arena, bomb, create, free_port, http, multipart,
-                           score_submit, solution, tar_of, tree)
+                           score_submit, solution, sql, tar_of, tree)
 from graders.competition.store import load_runs
 from postgres_support import Postgres
 
@@ -163,17 +162,6 @@ def secure(request, tmp_path_factory, postgres):
         yield server, db, organiser, teams
     finally:
         server.stop()
-
-
-def sql(db: str, statement: str, **params):
-    """Run one statement on the database at URL `db` (SQLite or PostgreSQL); the first row, if any."""
-    engine = create_engine(db)
-    try:
-        with engine.begin() as connection:
-            result = connection.execute(text(statement), params)
-            return result.fetchone() if result.returns_rows else None
-    finally:
-        engine.dispose()
 
 
 def good_tar(tag="") -> bytes:

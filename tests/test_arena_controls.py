@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import create_engine, text
-
-from arena_support import Server, add_team, arena, create, http, solution, tar_of
+from arena_support import Server, add_team, arena, create, http, solution, sql, tar_of
 
 
 def post(server: Server, path: str, token: str | None, payload: dict | None = None):
@@ -70,12 +68,9 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert "exclude" in arena("log", "--db", db).stdout
 
         # Rejudging: Red's verdict as an earlier, wrong grader left it (0 points), graded again with today's.
-        engine = create_engine(db)
-        with engine.begin() as connection:
-            connection.execute(text("""update kata_result set points = 0, summary = replace(summary, '"points": 80.0',
-                                       '"points": 0.0') where submission_id = 1"""))
-            connection.execute(text("update submission set total_points = 0 where id = 1"))
-        engine.dispose()
+        sql(db, """update kata_result set points = 0, summary = replace(summary, '"points": 80.0', '"points": 0.0')
+                   where submission_id = 1""")
+        sql(db, "update submission set total_points = 0 where id = 1")
         assert board(server, organiser)["Red"] == 0.0
         assert "Rejudging #1 is queued" in arena("rejudge", "--db", db, "--kata", "04_dce", "--team", "Red").stdout
         ready = lambda rid: server.get(f"/api/admin/rejudgings/{rid}", token=organiser).json()["status"] == "ready"  # noqa: E731

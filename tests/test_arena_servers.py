@@ -10,9 +10,9 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
-from arena_support import Server, add_team, create, solution, tar_of
+from arena_support import Server, add_team, create, solution, sql, tar_of
 from postgres_support import Postgres
 
 # The reference's 04_dce, except that graded by server "a" (its files staged under a/server-tmp/, the
@@ -62,34 +62,25 @@ def db(request, tmp_path, postgres) -> str:
     return postgres.database()
 
 
-def row(db: str, sql: str):
-    engine = create_engine(db)
-    try:
-        with engine.connect() as connection:
-            return tuple(connection.execute(text(sql)).fetchone())
-    finally:
-        engine.dispose()
-
-
 def test_a_live_servers_grading_is_never_taken_over_and_a_dead_ones_is_taken_over_once(db, servers):
     create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
     team = add_team(db, "Otter")
     first = servers(db, "a", "--lease", "2")
     assert first.submit(team, tar_of([("04_dce/solution.py", HANGS_ON_A, "file")])).status == 201
-    first.wait_for(lambda: row(db, "select status from submission where id = 1")[0] == "running", 120,
+    first.wait_for(lambda: sql(db, "select status from submission where id = 1")[0] == "running", 120,
                    "the first server claiming the submission")
-    owner = row(db, "select owner from submission where id = 1")[0]
+    owner = sql(db, "select owner from submission where id = 1")[0]
     second = servers(db, "b", "--lease", "2")  # before: a starting server queued every running submission again
     time.sleep(6)  # three leases: the first server renews its own; the second finds nothing free to claim
-    assert row(db, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
-    assert row(db, "select count(*) from kata_result")[0] == 0
+    assert sql(db, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
+    assert sql(db, "select count(*) from kata_result")[0] == 0
 
     first.kill()  # mid-grading: its lease runs out, and the second server takes the submission over
-    second.wait_for(lambda: row(db, "select status from submission where id = 1")[0] == "graded", 300,
+    second.wait_for(lambda: sql(db, "select status from submission where id = 1")[0] == "graded", 300,
                     "the second server grading what the first left")
-    status, attempts, new_owner = row(db, "select status, attempts, owner from submission where id = 1")
+    status, attempts, new_owner = sql(db, "select status, attempts, owner from submission where id = 1")
     assert (status, attempts) == ("graded", 2) and new_owner != owner
-    assert row(db, "select count(*) from kata_result")[0] == 1  # the one kata, once
+    assert sql(db, "select count(*) from kata_result")[0] == 1  # the one kata, once
     assert "stopped renewing its lease" in second.log.read_text()
     assert "stored already" not in first.log.read_text() + second.log.read_text()
 
@@ -114,7 +105,7 @@ def test_the_rate_limit_holds_across_servers(db, servers):
     for sender in senders:
         sender.join(120)
     assert sorted(statuses) == [201] * 3 + [429] * 9, statuses
-    assert row(db, "select count(*) from submission")[0] == 3
+    assert sql(db, "select count(*) from submission")[0] == 3
 
 
 def test_a_database_made_before_the_leases_gets_their_columns(tmp_path):
@@ -130,7 +121,7 @@ def test_a_database_made_before_the_leases_gets_their_columns(tmp_path):
         connection.execute("insert into submission (id, team_id, status, katas, files_hash, attempts) "
                            "values (1, 1, 'running', '[]', 'x', 1)")
     Database(f"sqlite:///{db_file}")
-    assert row(f"sqlite:///{db_file}", "select status, owner, lease_until from submission where id = 1") == ("running", None, None)
+    assert sql(f"sqlite:///{db_file}", "select status, owner, lease_until from submission where id = 1") == ("running", None, None)
 
 
 def test_the_documented_postgresql_url_uses_the_driver_the_extra_installs():

@@ -20,7 +20,8 @@ from graders.run import aten, exported, harness
 from graders.run.aten import aten_tracer
 from graders.run.exported import ExportedProgram, assert_program_sound, copy_program, exporter
 from graders.run.harness import Case, Pass, Run, apply, assert_model_unchanged, assert_sendable, build, on_device
-from graders.run.models import PathChain, Program, Program2, nest_under, random_identifier, random_identifiers, random_path
+from graders.run.models import (PathChain, Program, Program2, bn2d, conv2d, nest_under, random_identifier,
+                                random_identifiers, random_path)
 from graders.run.numerics import (
     ATOL,
     RTOL,
@@ -43,7 +44,7 @@ from graders.run.timing import CountingMode, alone, measure_speedup
 __all__ = [
     "ATOL", "RTOL", "REPO_ROOT", "aten", "aten_tracer", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
-    "assert_same_outputs", "assert_sendable", "build", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
+    "assert_same_outputs", "assert_sendable", "bn2d", "build", "conv2d", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "manual_seed", "measure_speedup", "nest_under", "on_device",
     "random_identifier", "random_identifiers", "random_path", "run_module", "seeded",
 ]

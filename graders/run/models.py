@@ -82,3 +82,27 @@ class Program2(Program):
 
     def forward(self, x, y=None):
         return self.program(self, x, y)
+
+
+def bn2d(channels: int, *, affine: bool = True, track_running_stats: bool = True) -> nn.BatchNorm2d:
+    """A BatchNorm2d with random eps, running statistics and affine parameters (katas 03 and 11)."""
+    bn = nn.BatchNorm2d(channels, eps=random.choice([1e-3, 1e-2, 0.1]), affine=affine,
+                        track_running_stats=track_running_stats)
+    with torch.no_grad():
+        if track_running_stats:
+            bn.running_mean.uniform_(-2, 2)
+            bn.running_var.uniform_(0.05, 3)
+        if affine:
+            bn.weight.uniform_(-2, 2)
+            bn.bias.uniform_(-1, 1)
+    return bn
+
+
+def conv2d(cin: int, cout: int, kernel=3, *, bias: bool = True, transposed: bool = False, **options) -> nn.Module:
+    """A Conv2d (or ConvTranspose2d) with a random bias; padding keeps the size unless given."""
+    options.setdefault("padding", (kernel if isinstance(kernel, int) else kernel[0]) // 2 * options.get("dilation", 1))
+    conv = (nn.ConvTranspose2d if transposed else nn.Conv2d)(cin, cout, kernel, bias=bias, **options)
+    if bias:
+        with torch.no_grad():
+            conv.bias.uniform_(-1, 1)
+    return conv

@@ -12,29 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from graders.run import Case, PathChain, Program, random_identifiers, random_path
-
-
-def bn2d(channels: int, *, affine: bool = True, track_running_stats: bool = True) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(channels, eps=random.choice([1e-3, 1e-2, 0.1]), affine=affine,
-                        track_running_stats=track_running_stats)
-    with torch.no_grad():
-        if track_running_stats:
-            bn.running_mean.uniform_(-2, 2)
-            bn.running_var.uniform_(0.05, 3)
-        if affine:
-            bn.weight.uniform_(-2, 2)
-            bn.bias.uniform_(-1, 1)
-    return bn
-
-
-def conv2d(cin: int, cout: int, kernel=3, *, bias: bool = True, transposed: bool = False, **options) -> nn.Module:
-    options.setdefault("padding", (kernel if isinstance(kernel, int) else kernel[0]) // 2)
-    conv = (nn.ConvTranspose2d if transposed else nn.Conv2d)(cin, cout, kernel, bias=bias, **options)
-    if bias:
-        with torch.no_grad():
-            conv.bias.uniform_(-1, 1)
-    return conv
+from graders.run import Case, PathChain, Program, bn2d, conv2d, random_identifiers, random_path
 
 
 # How a block wires its conv and its BN around the input x: (conv, bn, x) -> the block's output.
