@@ -222,6 +222,10 @@ def store_submission(db: Database, upload_id: int, kept: dict[str, bytes]) -> di
     """Store the submission's row and files and mark its upload stored, in one transaction; the id is
     returned (acknowledged) only after the commit."""
     with db.session() as session:
+        # Under the team's lock: an upload turns into a submission while no server counts the team's rate.
+        # PostgreSQL reads each statement of retry_after at its own moment (READ COMMITTED), so an upload
+        # stored between its two reads would be counted by neither, and a fourth upload let through.
+        db.lock_team(session, session.get(Upload, upload_id).team_id)
         c = competition_or_404(db, session)
         if is_closed(c):  # closed while the upload was unpacked
             raise HTTPException(403, "the competition is closed: no more submissions")
