@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from graders.batch import processes
 from graders.frame.catalogue import REPO_ROOT
 from graders.competition.leaderboard import regenerate, render
 from graders.competition.store import SCHEMA, load_runs, locked, store_run
@@ -97,6 +98,24 @@ def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
     assert katas[KATA]["status"] == "timed out" and katas[KATA]["points"] == 0
     assert "did not finish within 12s" in proc.stdout
     assert katas["04_dce"]["points"] == pytest.approx(80.0), katas["04_dce"]["message"]
+
+
+def test_a_katas_clock_starts_at_its_first_check_not_at_the_process_start(tmp_path, monkeypatch):
+    # The hang test's kata graded again alone must not pay for its process's start-up (import torch takes
+    # over 12 s on a loaded machine): before the first kata starts, the process has STARTUP_SECONDS.
+    now = [1000.0]
+    monkeypatch.setattr(processes.time, "monotonic", lambda: now[0])
+    progress = processes.Progress(tmp_path / "progress")
+    now[0] += 60
+    assert not progress.overdue(12)
+    now[0] += processes.STARTUP_SECONDS
+    assert progress.overdue(12)  # a process that never starts a kata is still stopped
+    (tmp_path / "progress").write_text(json.dumps({"kata": KATA, "started": "check"}) + "\n")
+    assert progress.read() == [] and progress.current == KATA
+    now[0] += 11
+    assert not progress.overdue(12)
+    now[0] += 2
+    assert progress.overdue(12)
 
 
 def test_a_kata_that_kills_or_tampers_with_the_grading_process_costs_only_itself(tmp_path):

@@ -39,9 +39,15 @@ def memory_cap(gigabytes: float, device: str = "cpu"):
     return hook
 
 
+STARTUP_SECONDS = 300.0  # a grading process's start-up (torch, pytest, collection) before its first kata: no
+# solution code runs yet, so only a machine far too busy takes this long; a kata's own clock starts at its first check
+
+
 class Progress:
     """Follows a grading process through its --progress file: which kata it grades now, since when, and
-    the points of each kata so far."""
+    the points of each kata so far. Until its first kata starts, the process is starting up: its clock is
+    STARTUP_SECONDS, not a kata's (import torch takes seconds on a busy machine, and a kata graded again in
+    a process of its own must not pay for it)."""
 
     def __init__(self, path: Path):
         self.path, self.offset = path, 0
@@ -74,6 +80,11 @@ class Progress:
             if "ended" in event:
                 self.points[kata] = event.get("points", 0.0)
         return finished
+
+    def overdue(self, kata_timeout: float) -> bool:
+        """Has the kata it grades (or its start-up, before any) run past its time?"""
+        limit = kata_timeout if self.current is not None else max(kata_timeout, STARTUP_SECONDS)
+        return time.monotonic() - self.since > limit
 
     def end(self) -> list[str]:
         """The process is gone: its last kata is finished too."""
@@ -195,7 +206,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
                     time.sleep(0.5)
                 for g in running:
                     follow(g)
-                    if g.process.poll() is None and time.monotonic() - g.progress.since > args.kata_timeout:
+                    if g.process.poll() is None and g.progress.overdue(args.kata_timeout):
                         g.stopped = g.progress.current or katas[0]
                         g.kill()
         finally:
