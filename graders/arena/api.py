@@ -44,7 +44,7 @@ from graders.arena import uploads
 from graders.competition.store import files_hash
 from graders.arena.board import frozen, iso, redact_summary, results_of, standings
 from graders.arena.db import (Database, NameRefused, NameTaken, Submission, SubmittedFile, SupersededResult, Team,
-                              Upload, now, token_hash, valid_text)
+                              Upload, now, submission_row, token_hash, valid_text)
 
 
 class Utf8JSONResponse(JSONResponse):
@@ -121,8 +121,7 @@ def team_json(db: Database, name: str, token: str | None) -> dict:
 
 def submission_or_404(session, sid: int) -> Submission:
     """Submission `sid`, or 404; an id over 64 bits (which the database cannot even compare) is no row's."""
-    s = session.get(Submission, sid) if 0 < sid < 2**63 else None
-    if s is None:
+    if (s := submission_row(session, sid)) is None:
         raise HTTPException(404, f"no such submission: #{sid}")
     return s
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from graders.arena.db import DEFAULT_DB, Competition, Database, NameRefused, Submission, new_token, token_hash
+from graders.arena.db import (DEFAULT_DB, Competition, Database, NameRefused, Submission, new_token, token_hash,
+                              utc_moment)
 from graders.frame.catalogue import KATAS, REPO_ROOT
 
 
@@ -40,10 +41,9 @@ def rate(text: str) -> tuple[int, float]:
 
 def moment(text: str) -> datetime.datetime:
     try:
-        parsed = datetime.datetime.fromisoformat(text)
+        return utc_moment(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--closes {text!r}: a time such as 2026-12-01T18:00 (UTC)") from None
-    return parsed.astimezone(datetime.timezone.utc).replace(tzinfo=None) if parsed.tzinfo else parsed
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -39,7 +39,7 @@ from sqlalchemy import select
 from graders.arena.api import MAX_ADMIN_BODY, Utf8JSONResponse, competition_or_404, db_of, read_body, require_organiser
 from graders.arena.board import iso
 from graders.arena.db import (Announcement, ControlLog, Database, KataResult, RejudgedResult, RejudgeItem, Rejudging,
-                              Submission, SupersededResult, Team, now, valid_text)
+                              Submission, SupersededResult, Team, now, submission_row, utc_moment, valid_text)
 
 MAX_TEXT = 2000
 
@@ -81,8 +81,7 @@ def unfreeze(db: Database) -> None:
 
 
 def _submission(session, sid: int) -> Submission:
-    submission = session.get(Submission, sid) if 0 < sid < 2**63 else None
-    if submission is None:
+    if (submission := submission_row(session, sid)) is None:
         raise ControlRefused(f"no such submission: #{sid}")
     return submission
 
@@ -261,10 +260,9 @@ def _moment(text) -> datetime.datetime | None:
     if text is None:
         return None
     try:
-        moment = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        return utc_moment(text)
     except ValueError:
         raise HTTPException(400, f"'at' {str(text)[:40]!r} is no ISO time (2026-12-01T17:00:00Z)") from None
-    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 @router.post("/admin/freeze")

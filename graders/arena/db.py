@@ -41,6 +41,18 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)  # stored as naive UTC
 
 
+def utc_moment(text: str) -> datetime.datetime:
+    """An ISO time as stored (naive UTC): with an offset ("Z" included) converted, without one read as UTC.
+    ValueError for text that is no ISO time."""
+    moment = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def submission_row(session: Session, sid: int) -> "Submission | None":
+    """Submission `sid`, or None; an id over 64 bits (which the database cannot even compare) is no row's."""
+    return session.get(Submission, sid) if 0 < sid < 2**63 else None
+
+
 def new_token() -> str:
     """A secret for a team or the organiser; never one that starts with '-', which a command line such as
     `score.py --submit URL --token TOKEN` reads as an option (1 token in 64 did)."""
