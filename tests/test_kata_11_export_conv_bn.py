@@ -1,9 +1,13 @@
 """Kata 11's bad inputs each get one sentence naming what is wrong, not a traceback: a pass that returns a
 GraphModule where a program is expected, a program that does not validate, a node without meta['val'], a
-guard the pass added (a symbolic batch read as an int). Each solution is the reference with an ending of its own."""
+guard the pass added (a symbolic batch read as an int: the same sentence for a program exported afresh or loaded
+from an earlier export's bytes, in process or isolated). Each solution is the reference with an ending of its own."""
+import re
+
 import pytest
 
 from graders.frame.catalogue import REPO_ROOT, load_grader
+from graders.isolation import torch_private
 from graders.run import exported
 from graders.run.session import GradingSession
 
@@ -13,17 +17,18 @@ KATA = "11_export_conv_bn"
 REFERENCE = (REPO_ROOT / "reference" / KATA / "solution.py").read_text()
 
 
-def verdict(tmp_path, ending: str, check: str = "single_pair", level: int = 1) -> str:
-    """The message of one check of the reference whose fuse_conv_bn result goes through `ending` first."""
+def verdict(tmp_path, ending: str, check: str = "single_pair", level: int = 1, isolate: bool = False) -> str:
+    """The message of one check of the reference whose fuse_conv_bn result goes through `ending` first (graded in a
+    worker where `isolate`)."""
     folder = tmp_path / KATA
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "solution.py").write_text(REFERENCE.replace("def fuse_conv_bn(", "def _fuse_conv_bn(") + f"""
 
 def fuse_conv_bn(ep):
     new = _fuse_conv_bn(ep)
 {ending}
 """)
-    session = GradingSession(tmp_path, seed=0)
+    session = GradingSession(tmp_path, seed=0, isolate=isolate)
     try:
         result = session.run(next(c for c in load_grader(KATA).checks_at(level) if c.name == check))
     finally:
@@ -53,10 +58,19 @@ def test_a_node_without_meta_val(tmp_path):
                                                   and "val" in message), message
 
 
-def test_a_guard_the_pass_added(tmp_path, monkeypatch):
-    # A fresh export: a program loaded from bytes has no sources for its symbols, so torch writes no guard code
-    # for what a pass specialises there (the exporter hands out such copies after a structure's first export).
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_a_guard_the_pass_added(tmp_path, monkeypatch, isolate):
+    # The structure's first program is a fresh export, the second a copy loaded from its bytes, whose symbols have
+    # no sources: torch writes no guards code for them, but the ShapeEnv records the guard all the same, and the
+    # run path reads the ShapeEnv around the call, where the pass ran (a worker always gets a loaded copy).
     monkeypatch.setattr(exported, "_SAVED", {})
-    message = verdict(tmp_path, "    int(next(n for n in ep.graph.nodes if n.op == 'call_function').meta['val'].shape[0])\n"
-                                "    return _fuse_conv_bn(ep)", check="dynamic_batch", level=2)
-    assert "other guards than the program it was given; added: L['input'].size()[0] == 2" in message, message
+    exports, export = [], torch_private.export
+    monkeypatch.setattr(torch_private, "export", lambda *a, **k: exports.append(a) or export(*a, **k))
+    for program in ("fresh", "loaded"):
+        message = verdict(tmp_path / program, "    int(next(n for n in ep.graph.nodes if n.op == 'call_function')"
+                                              ".meta['val'].shape[0])\n    return _fuse_conv_bn(ep)",
+                          check="dynamic_batch", level=2, isolate=isolate)
+        assert re.search(r"fuse_conv_bn added the guard\(s\) Eq\(s\d+, 2\) to the ShapeEnv of the program it was "
+                         r"given: reading a size symbol's value", message), (program, message)
+        assert "Hint: a rewrite keeps the program's shapes general" in message, message
+    assert len(exports) == 1, "the second program was exported afresh, not loaded from the first one's bytes"

@@ -163,3 +163,22 @@ def test_the_reference_earns_the_same_verdicts_isolated(kata):
     results = grade(kata, REPO_ROOT / "reference", seed=0, levels=(1, 2, 4), isolate=True)
     assert [r.test_id for r in results] == [c.test_id for level in (1, 2, 4) for c in load_grader(kata).checks_at(level)]
     assert all(r.passed and r.points == r.max_points for r in results), [(r.test_id, r.message) for r in results if not r.passed]
+
+
+@pytest.mark.parametrize("guards, outcome", [(["Eq(s77, 2)"], ["Eq(s77, 2)"]), ([b"Eq(s77, 2)"], "not a list of text"),
+                                             ("Eq(s77, 2)", "not a list of text")])
+def test_the_guards_a_call_added_come_back_as_a_list_of_text(tmp_path, monkeypatch, guards, outcome):
+    """The worker measures the guards a pass added around its call (graders/isolation/serve.py); the judge takes
+    them as data, a list of strings, or refuses the reply in one sentence."""
+    from graders.frame.levels import CheckFailed
+    from graders.isolation import records
+
+    worker = Worker(tmp_path / "solution.py", KATA)
+    reply = {"ok": True, "values": records.record_values({"result": 3}), "type": "int", "guards": guards}
+    monkeypatch.setattr(worker, "_ask", lambda ctx, message: reply)
+    if isinstance(outcome, list):
+        assert worker.call(None, "fuse", (), ()).added_guards == outcome
+    else:
+        with pytest.raises(CheckFailed, match=f"fuse ran, but the judge cannot rebuild what the worker sent back: "
+                                              f"the guards the call added are {outcome}"):
+            worker.call(None, "fuse", (), ())

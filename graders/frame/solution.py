@@ -9,7 +9,7 @@ import importlib.util
 import sys
 import traceback
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -73,3 +73,7 @@ class Called:
     args: tuple
     watched: tuple
     type: str  # the name of the result's type (as the solution's process saw it)
+    # The guards the call added to the ShapeEnvs behind the fake values of its arguments and result (chapter 2: a
+    # pass that specialised a size symbol), as text, measured in the process where it ran: torch_private's
+    # `guards_added`, around the call in graders/run/context.py or in the worker (graders/isolation/serve.py).
+    added_guards: list[str] = field(default_factory=list)

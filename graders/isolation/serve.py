@@ -8,7 +8,11 @@ tensors, graders/isolation/records/), never code. Whatever the solution does to 
 The learner's pass computes here (on the judge's device: a fold, a folded constant), in full float32 as
 the judge does (graders/isolation/precision.py: TF32 off; on a CPU torch's defaults anyway).
 
-May import: graders.frame, graders.isolation (channel, records, precision), and a kata's models (by name, to warm up).
+Around the call it measures the guards the pass added to the ShapeEnvs behind the fake values of its arguments
+and result (torch_private.guards_added: a pass that specialised a size symbol, chapter 2) and sends them as text.
+
+May import: graders.frame, graders.isolation (channel, records, precision, torch_private), and a kata's models (by
+name, to warm up).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from graders.isolation.channel import read_frame, write_frame
 
 
 def _reply(**fields) -> bytes:
-    """A reply the judge loads with weights_only=True: strings, bools, and record bytes."""
+    """A reply the judge loads with weights_only=True: strings, bools, lists of strings, and record bytes."""
     import torch
 
     buffer = io.BytesIO()
@@ -48,7 +52,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
 
     from graders.frame.levels import CheckFailed
     from graders.frame.solution import describe_exception, kind_of, load_solution
-    from graders.isolation import records
+    from graders.isolation import records, torch_private
 
     try:
         solution = load_solution(solution_path, kata)
@@ -69,6 +73,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
         if not callable(fn):
             write_frame(channel_out, _reply(ok=False, failure="missing"))
             continue
+        guards = torch_private.shape_guards(args)
         try:
             result = fn(*args, **request.get("kwargs", {}))
         except NotImplementedError:
@@ -84,6 +89,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
         values = {"result": result, **{f"arg{i}": a for i, a in enumerate(args) if isinstance(a, (nn.Module, torch.Tensor))},
                   **{f"watch{i}": w for i, w in enumerate(watch)}}
         try:
+            added_guards = torch_private.guards_added(guards, (args, result))  # before anything else touches them
             _without_hooks(list(values.values()))
             state_only = [name for name, value in values.items() if name != "result" and isinstance(value, nn.Module)
                           and not isinstance(value, torch.fx.GraphModule)]
@@ -92,7 +98,7 @@ def _serve(solution_path: Path, kata: str, channel_in: int, channel_out: int) ->
             message = str(exc) if isinstance(exc, records.RecordError) else f"{type(exc).__name__}: {exc}"
             write_frame(channel_out, _reply(ok=False, failure="record", message=message))
             continue
-        write_frame(channel_out, _reply(ok=True, values=blob, type=type(result).__name__))
+        write_frame(channel_out, _reply(ok=True, values=blob, type=type(result).__name__, guards=added_guards))
 
 
 def main(argv: list[str]) -> None:

@@ -160,9 +160,12 @@ class Worker:
             result = values["result"]
             after = tuple(values.get(f"arg{i}", arg) for i, arg in enumerate(args))
             watched = tuple(values[f"watch{i}"] for i in range(len(watch)))
+            guards = reply.get("guards", [])
+            if not (isinstance(guards, list) and all(isinstance(g, str) for g in guards)):
+                raise records.RecordError("the guards the call added are not a list of text")
         except (records.RecordError, KeyError, TypeError) as exc:
             raise CheckFailed(f"{function} ran, but the judge cannot rebuild what the worker sent back: {exc}.") from None
-        return Called(result, after, watched, str(reply.get("type")))
+        return Called(result, after, watched, str(reply.get("type")), list(guards))
 
     def defines(self, ctx, name: str) -> str:
         reply = self._ask(ctx, {"kind": "defines", "name": name})

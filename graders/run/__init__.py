@@ -8,7 +8,7 @@ structure, timing, model helpers). The modules behind it:
 - harness.py: the one run path (a case placed on the device, copied, traced, passed, linted, compared);
 - numerics.py, structure.py, timing.py: what a check measures (outputs, graphs, speed and exact costs);
 - models.py: building graded models with random names (hidden models) and models as data;
-- aten.py: chapter 2's make_fx graphs as Inductor's post-grad passes see them (kata 13), their meta['val'] and guards;
+- aten.py: chapter 2's make_fx graphs as Inductor's post-grad passes see them (kata 13) and their meta['val'];
 - exported.py: chapter 2's torch.export programs (exported once per model structure, copied from bytes) and
   the checks of a program a pass returned.
 

@@ -4,10 +4,11 @@ rewrote there.
 - `aten_tracer(example, dynamic)` makes a `Case.trace`: the model traced by make_fx with Inductor's
   decomposition table on fake inputs whose chosen dimensions are size symbols (the rest static). Every node
   carries `meta['val']`; the GraphModule's `meta["fake_inputs"]` says how its inputs were made (so a worker
-  can make them again: graders/isolation/channel.py) and `meta["guards"]` the ShapeEnv's guards after tracing;
+  can make them again: graders/isolation/channel.py);
 - `val_descriptions(gm)`: each node's `meta['val']` as text (shape with its symbols, stride, dtype), from the
-  fake tensors themselves, or from what a worker's record described (graders/isolation/records/);
-- `guards(gm)`: the guards of the ShapeEnv behind a graph, as text.
+  fake tensors themselves, or from what a worker's record described (graders/isolation/records/).
+
+The guards a pass added to the ShapeEnv are measured around its call (`Run.added_guards`: graders/run/harness.py).
 
 May import: graders.frame, graders.isolation (torch_private, records).
 """
@@ -38,7 +39,6 @@ def aten_tracer(example: Callable[[], tuple], dynamic: tuple) -> Callable[[nn.Mo
                                           tracing_mode="symbolic")
         gm.meta["fake_inputs"] = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."),
                                    str(t.device), tuple(sorted(d))) for t, d in zip(tensors, dims)]
-        gm.meta["guards"] = guards(gm)
         return gm
 
     return trace
@@ -53,10 +53,3 @@ def val_descriptions(gm: fx.GraphModule) -> dict[str, str]:
         elif "val" in node.meta:
             found[node.name] = describe_value(node.meta["val"])
     return found
-
-
-def guards(gm: fx.GraphModule) -> list[str]:
-    """The guards of the ShapeEnv behind `gm`'s meta['val']s, as text (a worker's, where `gm` was rebuilt)."""
-    if "recorded_guards" in gm.meta:
-        return list(gm.meta["recorded_guards"])
-    return torch_private.shape_guards([n.meta.get("val") for n in gm.graph.nodes]) or []

@@ -1,7 +1,8 @@
 """What a check gets: the learner's functions to call (in process, or through the session's worker when
 grading is isolated), the device, the thread count and the check's own seed.
 
-May import: graders.frame. The session that makes a context (graders/run/session.py) is only handed in.
+May import: graders.frame, graders.isolation.torch_private (the guards a call added, in process). The session that
+makes a context (graders/run/session.py) is only handed in.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from types import ModuleType
 from graders.frame.kata import Check, Kata
 from graders.frame.levels import CheckFailed
 from graders.frame.solution import Called, describe_exception, kind_of
+from graders.isolation import torch_private
 
 
 class Context:
@@ -51,7 +53,9 @@ class Context:
         """Call the learner's `function` on `args`; the result, and the arguments and `watch`ed objects as
         they are after the call. In process they are the very objects; isolated (graders/isolation/worker.py), the
         call ran in the worker and all three are rebuilt here from the data it sent back. `kwargs`: keyword
-        arguments (plain data), passed as they are."""
+        arguments (plain data), passed as they are. Either way `Called.added_guards` is measured where the call
+        ran: the ShapeEnv guards behind the arguments' and the result's fake values after the call, less those
+        behind the arguments' before it."""
         path = self.solution_path
         if self.session.isolate:
             called = self.session.worker(self.kata.name).call(self, function, args, watch, kwargs or {})
@@ -59,13 +63,15 @@ class Context:
             fn = getattr(self.solution, function, None)
             if not callable(fn):
                 raise self.missing(function)
+            guards = torch_private.shape_guards(args)
             try:
                 result = fn(*args, **(kwargs or {}))
             except NotImplementedError:
                 raise self.stub(function) from None
             except Exception as exc:
                 raise CheckFailed(f"{function} raised {describe_exception(exc, path)}.") from None
-            called = Called(result, args, watch, type(result).__name__)
+            called = Called(result, args, watch, type(result).__name__,
+                            torch_private.guards_added(guards, (args, result)))
         if returns is not None and not isinstance(called.result, returns):
             expected = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
             raise CheckFailed(f"{function} returned a {called.type}; the kata asks for {self.kata.api[function]} returning {expected}.")

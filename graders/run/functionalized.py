@@ -10,10 +10,11 @@ on the result.
   (an op in place or a view writes none): the exact count a reinplacing pass lowers.
 - `aliased_inputs(outputs, inputs)`: which outputs share storage with which inputs.
 - `torch_reinplaced(gm, inputs)`: torch's own pass (torch.fx.passes.reinplace) on a copy of `gm`.
-- `new_guards(gm, before)`: the guards a pass added to the ShapeEnv of a symbolic trace (isolated too: the worker's,
-  from its records, against a graph just arrived).
 - `self_read_twice(gm, inputs)`: the first in-place op that reads memory it overwrites through another argument
   (`overlaps`: shared elements, not merely a shared storage).
+
+The guards a pass added to the ShapeEnv of a symbolic trace are measured around its call, in process or in the
+worker after the graph's arrival (`Run.added_guards`: graders/run/harness.py).
 
 May import: graders.frame, graders.isolation (torch_private).
 """
@@ -77,9 +78,7 @@ def _arrive(graph: fx.Graph, arrival: tuple) -> TravellingGraph:
 
 def functionalizer(example: Callable[[], tuple], symbolic: bool = False) -> Callable[[nn.Module], fx.GraphModule]:
     """A `Case.trace`: make_fx of torch.func.functionalize(model, remove="mutations") on `example()`'s inputs
-    ("symbolic" tracing where `symbolic`: every dimension a size symbol; else fake tensors of these sizes). The
-    module's meta keeps the ShapeEnv's guards as text: after the trace (`guards_at_trace`) and, for a symbolic trace,
-    after the arrival in a worker (`guards_at_arrival`), where a pass graded isolated reads its meta['val']s."""
+    ("symbolic" tracing where `symbolic`: every dimension a size symbol; else fake tensors of these sizes)."""
 
     def trace(model: nn.Module) -> fx.GraphModule:
         args = example()
@@ -89,30 +88,9 @@ def functionalizer(example: Callable[[], tuple], symbolic: bool = False) -> Call
         # make_fx keeps a symbolic trace's ShapeEnv on the module, which cannot be pickled to a worker: its fake
         # tensors hold it too (torch_private.shape_guards).
         gm.__dict__.pop("shape_env", None)
-        gm.meta["guards_at_trace"] = _guards(gm.graph)
-        if symbolic:  # what a worker's ShapeEnv holds on arrival, before the pass: the graph sent and received here
-            arrive, arguments = gm.graph.__reduce__()
-            gm.meta["guards_at_arrival"] = _guards(arrive(*arguments))
         return gm
 
     return trace
-
-
-def _guards(graph: fx.Graph) -> list[str] | None:
-    return torch_private.shape_guards([n.meta["val"] for n in graph.nodes if "val" in n.meta])
-
-
-def new_guards(gm: fx.GraphModule, before: fx.GraphModule) -> list[str] | None:
-    """The guards the pass added to the ShapeEnv behind `gm`'s meta['val']s (`before`: the judge's copy of the graph
-    given): in process, against the trace's; isolated, the worker's as its records carry them, against those of a
-    graph just arrived. None where nothing can be told (a static trace, a graph without fake tensors)."""
-    if "recorded_guards" in gm.meta:
-        now, baseline = gm.meta["recorded_guards"], before.meta.get("guards_at_arrival")
-    else:
-        now, baseline = _guards(gm.graph), before.meta.get("guards_at_trace")
-    if now is None or baseline is None:
-        return None
-    return [guard for guard in now if guard not in baseline]
 
 
 def _storage(t: torch.Tensor) -> int:

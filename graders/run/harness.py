@@ -94,6 +94,7 @@ class Run:
     result: Any               # what the pass returned
     extra_args: tuple = ()    # what the pass was called with after the GraphModule (example inputs)
     program_before: Any = None  # chapter 2: an untouched copy of the ExportedProgram the pass was given
+    added_guards: list[str] = field(default_factory=list)  # chapter 2: Called.added_guards (added_guards_sentence)
 
     def graphs(self) -> str:
         return before_after(self.before, self.gm)
@@ -106,6 +107,12 @@ class Run:
         """Raise the check's verdict: the sentence, the hint, then the graph before and after the pass."""
         hint = self.case.hint if hint is None else hint
         raise CheckFailed(sentence + (f" Hint: {hint}" if hint else "") + (self.graphs() if graphs else ""))
+
+    def assert_no_guard_added(self, given: str, hint: str | None = None, *, where: str = "") -> None:
+        """The pass added no guard to the ShapeEnv of the `given` ("graph") it was handed (`added_guards_sentence`);
+        `where` opens the sentence ("on program x ")."""
+        if self.added_guards:
+            self.fail(where + added_guards_sentence(self.via.function, given, self.added_guards), hint)
 
     def make_inputs(self, batch: int) -> tuple:
         return on_device(self.case.inputs(batch), self.ctx.device)
@@ -136,6 +143,16 @@ def assert_sendable(ctx: Context, function: str, value, hint: str = "") -> None:
                           f"data: {message}." + (f" Hint: {hint}" if hint else "")) from None
 
 
+def added_guards_sentence(function: str, given: str, added: list[str]) -> str:
+    """Chapter 2's one sentence for a pass that specialised a size symbol: `added` is its call's
+    `Called.added_guards` (`Run.added_guards`), the guards it added to the ShapeEnv behind the fake values of the
+    `given` ("program", "graph") it was handed, measured where it ran (in process, or in the worker), whatever
+    way that graph or program was made."""
+    shown = "; ".join(added[:3]) + (f" and {len(added) - 3} more" if len(added) > 3 else "")
+    return (f"{function} added the guard(s) {shown} to the ShapeEnv of the {given} it was given: reading a size "
+            "symbol's value (int(), or == in an if that its range does not decide) fixes it for every later call.")
+
+
 def build(ctx: Context, case: Case) -> nn.Module:
     model = case.build()
     if case.mode == "eval":
@@ -163,7 +180,7 @@ def apply(ctx: Context, case: Case, via: Pass) -> Run:
     result, traced, model = called.result, called.args[0], (called.watched or (model,))[0]
     gm = result if isinstance(result, fx.GraphModule) else traced
     assert_valid_graph_module(gm, via.function, in_place=via.returns is not fx.GraphModule)
-    return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra)
+    return Run(ctx, case, via, model, pristine, before, traced, gm, result, extra, added_guards=called.added_guards)
 
 
 def _apply_to_program(ctx: Context, case: Case, via: Pass, model: nn.Module, pristine: nn.Module,
@@ -171,13 +188,18 @@ def _apply_to_program(ctx: Context, case: Case, via: Pass, model: nn.Module, pri
     """`apply` for a pass over an ExportedProgram (`Pass.returns` ExportedProgram): the pass gets the program
     and returns a new one. The Run's `traced` is the program given, as the call left it; `program_before` an
     untouched copy; `gm` and `before` are their modules (`ExportedProgram.module()`), which the comparisons,
-    the timing and the messages use as they use any GraphModule."""
+    the timing and the messages use as they use any GraphModule. A pass may add no guard (specialise no size
+    symbol): `added_guards_sentence`, first."""
     program_before = exported.copy_program(given)
     called = ctx.invoke(via.function, given, returns=via.returns)
     result, given = called.result, called.args[0]
+    if called.added_guards:
+        raise CheckFailed(f"{added_guards_sentence(via.function, 'program', called.added_guards)} "
+                          f"Hint: {exported.GUARD_HINT}")
     gm = exported.settle(result, program_before, via.function)
     assert_valid_graph_module(gm, via.function)
-    return Run(ctx, case, via, model, pristine, program_before.module(), given, gm, result, (), program_before)
+    return Run(ctx, case, via, model, pristine, program_before.module(), given, gm, result, (), program_before,
+               called.added_guards)
 
 
 def module_states(model: nn.Module) -> dict[str, tuple[str, dict[str, torch.Tensor]]]:

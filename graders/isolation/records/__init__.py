@@ -5,8 +5,9 @@ or run learner code. So the worker sends back DATA (`record`), and the judge reb
 it (`rebuild`) and runs every check on the rebuilt module:
 
 - the graph travels as a JSON record: per node its op, name, target by name, args and kwargs
-  (`graph_record`), and for an ATen graph a text description of each node's meta['val'] and the ShapeEnv's
-  guards (`describe_value`: the judge checks them as text); never pickled code;
+  (`graph_record`), and for an ATen graph a text description of each node's meta['val'] (`describe_value`:
+  the judge checks them as text); never pickled code. (The guards a pass added to the ShapeEnv travel beside
+  the record, as text the worker measured around the call: graders/isolation/serve.py);
 - modules of the torch.nn classes in SAFE_MODULES, and every tensor, travel through torch.save and come
   back through torch.load(weights_only=True) with only those classes allowed (`module_record`);
 - a module of any other class (a learner's fused module) and a learner's helper function used as a

@@ -214,10 +214,6 @@ def _rebuild_graph_module(record: dict, blob, path: str, where: str | None = Non
         _install(gm, name, kind, tensor, where)
     gm.training = bool(record["training"])
     gm.recorded_stale_code = bool(record.get("stale"))  # the worker's module ran older code than its graph
-    if "guards" in record:  # an ATen graph's ShapeEnv guards, as the worker's fake tensors held them: text
-        if not (isinstance(record["guards"], list) and all(isinstance(g, str) for g in record["guards"])):
-            raise RecordError(f"{where}the record's guards are not a list of text")
-        gm.meta["recorded_guards"] = list(record["guards"])
     return gm
 
 

@@ -29,7 +29,6 @@ from graders.isolation.records.rules import (
     check_attribute,
     check_graph,
     describe_value,
-    graph_guards,
     located,
     target_name,
     travels_whole,
@@ -213,7 +212,6 @@ def _describe_graph_module(gm: fx.GraphModule, path: str, payload: Payload, trac
     record = {
         "graph": graph, "class": type(gm).__name__, "training": gm.training,
         "stale": gm.code != gm.graph.python_code(root_module="self").src,  # graph edited, no recompile()
-        **({"guards": guards} if (guards := graph_guards(gm)) is not None else {}),  # an ATen graph's ShapeEnv
         "tensors": _tensors(gm, payload, fx.GraphModule, path),
         "children": _children(gm, path, payload, tracing, fx.GraphModule),
         "helpers": {name: {"module": function.__module__, "qualname": function.__qualname__,

@@ -13,8 +13,9 @@ So a program travels as torch's own JSON schema plus tensors (graders/isolation/
 - lets a symbolic expression hold only size symbols, integers, arithmetic and torch's own sizing functions;
 - loads the tensors with torch.load(weights_only=True) and accepts only tensors;
 - keeps of each node's metadata only its stack trace (the rest is provenance the judge does not need), and
-  keeps the program's guards code as recorded strings (`RECORDED_GUARDS`), never as code: the run path compares
-  them with the given program's and restores the judge's own (graders/run/harness.py).
+  drops the program's guards code (code `ExportedProgram.module()` would compile): the run path puts the given
+  program's own on it (graders/run/exported.py, `settle`). The guards a pass added travel apart, as text
+  measured in the worker (graders/isolation/serve.py).
 
 May import: the standard library, torch, and graders.isolation.torch_private.
 """
@@ -31,7 +32,6 @@ from graders.isolation import torch_private
 from graders.isolation.records.rules import RecordError, op_overload
 
 PROGRAM_KIND = "program"
-RECORDED_GUARDS = "_fx_katas_recorded_guards_code"  # attribute of a rebuilt program: the worker's guards, as text
 
 SYMBOLIC_OPERATORS = frozenset(f"_operator.{name}" for name in (
     "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "neg", "pow", "eq", "ne", "lt", "le", "gt", "ge",
@@ -91,9 +91,8 @@ def _walk(value: Any, where: str) -> None:
             _walk(item, where)
 
 
-def checked_program_json(data: bytes) -> tuple[bytes, list[str]]:
-    """The program's JSON, checked and cleaned (metadata but stack traces dropped, guards code taken out), and
-    the guards code it carried, as strings."""
+def checked_program_json(data: bytes) -> bytes:
+    """The program's JSON, checked and cleaned (metadata but stack traces dropped, guards code dropped)."""
     try:
         program = json.loads(data)
         graph = program["graph_module"]["graph"]
@@ -113,11 +112,8 @@ def checked_program_json(data: bytes) -> tuple[bytes, list[str]]:
     for symbol in program.get("range_constraints", {}):
         _check_expression(symbol, "a range constraint")
     _walk(program, "the program")
-    guards = program.get("guards_code") or []
-    if not (isinstance(guards, list) and all(isinstance(g, str) for g in guards)):
-        raise RecordError("the program's guards code is not a list of strings")
-    program["guards_code"] = []
-    return json.dumps(program).encode(), list(guards)
+    program["guards_code"] = []  # code, never compiled here: the given program's goes on it (run/exported.py)
+    return json.dumps(program).encode()
 
 
 def _tensors(data: Any, what: str) -> dict:
@@ -145,22 +141,14 @@ def encode(program) -> dict[str, bytes]:
 
 
 def rebuild(parts: Any):
-    """The judge's side: the program, rebuilt by torch's deserializer from checked parts; its recorded guards
-    code is in the attribute RECORDED_GUARDS."""
+    """The judge's side: the program, rebuilt by torch's deserializer from checked parts, without guards code."""
     if not (isinstance(parts, dict) and isinstance(parts.get("program"), bytes)):
         raise RecordError("a program record must hold the program's JSON as bytes")
-    program_json, guards = checked_program_json(parts["program"])
+    program_json = checked_program_json(parts["program"])
     state_dict, constants = _tensors(parts.get("state_dict"), "state dict"), _tensors(parts.get("constants"), "constants")
     try:
         program = torch_private.program_from_parts(program_json, state_dict, constants)
     except Exception as exc:  # noqa: BLE001 - torch's deserializer refuses a malformed program
         raise RecordError(f"torch.export cannot rebuild the program ({type(exc).__name__}: {str(exc)[:300]})") from None
-    setattr(program, RECORDED_GUARDS, guards)
     return program
-
-
-def guards_code(program) -> list[str]:
-    """A program's guards code as text: recorded (rebuilt from a worker) or its own (graded in process)."""
-    recorded = getattr(program, RECORDED_GUARDS, None)
-    return list(recorded) if recorded is not None else torch_private.guards_code(program)
 

@@ -267,12 +267,6 @@ def describe_value(value) -> str:
     return f"{type(value).__name__} {str(value)[:200]}"
 
 
-def graph_guards(gm: fx.GraphModule) -> list[str] | None:
-    """The guards of the ShapeEnv behind `gm`'s meta['val']s as text, or None where it has none (torch_private)."""
-    vals = [n.meta["val"] for n in gm.graph.nodes if "val" in n.meta]
-    return torch_private.shape_guards(vals) if vals else None
-
-
 def check_graph(graph: dict, helpers: set, where: str) -> None:
     for n in graph["nodes"]:
         check_node(n["op"], n["name"], n["target"], n["args"], helpers, where)

@@ -5,9 +5,9 @@ the inputs after the call; then outputs that share storage with an input must sh
 write a tensor that another of its arguments reads; a symbolic trace must gain no guard; and the fresh tensors
 left per call must be no more than a right pass leaves (`Case.expect`) nor than torch.fx.passes.reinplace leaves
 on a static graph (a missed opportunity). Everything but the guards is measured on the graph the judge holds
-(rebuilt from the worker's records when isolated), by running it; the guards are the ShapeEnv's, a worker's as its
-records carry them (kata 13 reads them the same way): a check that teaches, which a pass could dodge by clearing
-the ShapeEnv, in process as isolated.
+(rebuilt from the worker's records when isolated), by running it; the guards are the ShapeEnv's, measured around
+the pass's call where it ran (`Run.added_guards`, as katas 11 and 13 read them): a check that teaches, which a pass
+could dodge by clearing the ShapeEnv, in process as isolated.
 """
 from __future__ import annotations
 
@@ -58,10 +58,7 @@ def compare(run: Run) -> None:
 
 def verdict(run: Run) -> dict:
     """No new guard, no op writing what another of its arguments reads, no more fresh tensors than a right pass."""
-    if (guards := functionalized.new_guards(run.gm, run.before)):
-        run.fail(f"on {where(run)} reinplace added the guard(s) {', '.join(guards)} to the trace's ShapeEnv: reading a "
-                 "size symbol's value (int(), or == in an if where the answer is not known for every value) fixes it "
-                 "for every later call.")
+    run.assert_no_guard_added("graph", where=f"on {where(run)} ")
     inputs = run.make_inputs(run.case.batch_sizes[0])
     if (clash := functionalized.self_read_twice(run.gm, cloned(inputs))):
         run.fail(f"on {where(run)} the node {clash} writes its first argument in place while another of its "

@@ -39,11 +39,9 @@ def fused(run: Run) -> dict:
         name, was, now = changed[0]
         run.fail(f"after fuse_attention the input {name} is {now}; it was traced as {was}: the pass specialised a "
                  "size symbol.", "build the replacement from the matched nodes, never from concrete sizes.")
-    added = [g for g in aten.guards(run.gm) if g not in set(run.before.meta.get("guards", []))]
-    if added:
-        run.fail(f"fuse_attention added {len(added)} guard(s) on the size symbols: {'; '.join(added[:3])}. A post-grad "
-                 "pass must keep the graph valid for every size the symbols stand for.",
-                 "do not branch on or compute with concrete sizes in the pattern, the replacement or extra_check.")
+    run.assert_no_guard_added("graph", "a post-grad pass keeps the graph valid for every size the symbols stand "
+                                       "for: do not branch on or compute with concrete sizes in the pattern, the "
+                                       "replacement or extra_check.")
     return {"fused": run.result, "nodes_before": len(run.before.graph.nodes), "nodes_after": len(run.gm.graph.nodes)}
 
 

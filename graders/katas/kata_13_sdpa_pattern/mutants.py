@@ -23,6 +23,11 @@ MUTANTS = [
     Mutant("no_extra_check", "                             extra_check=attention_extra_check)\n", "                             )\n",
            caught_at=2),
     Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n", caught_at=2),
+    # Branches on a size symbol in extra_check: the batch < 100 holds for the traced one, so the match goes on, but
+    # the ShapeEnv records the guard: the graph is declared valid for batches below 100 only (divided_by_sqrt_d's
+    # batch is symbolic).
+    Mutant("branches_on_a_size", "    return len(dtypes) == 1\n",
+           "    return len(dtypes) == 1 and match.kwargs[\"query\"].meta[\"val\"].shape[0] < 100\n", caught_at=1),
     # The mask is added after the scaling in the pattern; with the replacement's mask forgotten, outputs move.
     Mutant("mask_dropped_in_replacement",
            "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0 / inv_scale)\n",
