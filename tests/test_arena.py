@@ -17,6 +17,7 @@ import pytest
 from arena_support import (NO_OP_01, Server, add_team, add_teams, arena, bomb, create, free_port, http, multipart,
                            score_submit, solution, sql, tar_of, tree)
 from graders.competition.store import load_runs
+from graders.frame.catalogue import REPO_ROOT
 from postgres_support import Postgres
 
 pytestmark = pytest.mark.timeout(900)
@@ -106,22 +107,27 @@ def count(db_file, sql: str, *args):
 
 
 def test_a_server_killed_mid_grading_resumes_without_losing_or_counting_twice(tmp_path, running):
+    """Submission 1 holds two katas: 04_dce (the reference, graded in a sandbox: seconds) and 01_linear_relu's
+    shipped stub (judged from its bytes as the grading starts: graders/competition/fleet.py). So the server is
+    killed when one of the submission's katas is stored and the other is being graded, every time (before,
+    both were real gradings, one graded before the kill, and the kill came after seconds of grading); the
+    second submission waits behind it. The server started again grades what is left: 04_dce of the first
+    (not the stub again) and the second, none lost and none twice."""
     db_file = tmp_path / "arena.db"
     db = f"sqlite:///{db_file}"
     create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--no-speed", "--rate", "5/600")
     team = add_team(db, "Phoenix")
     server = running(db, "--lease", "3")
     both = tar_of([("04_dce/solution.py", solution("04_dce"), "file"),
-                   ("01_linear_relu/solution.py", solution("01_linear_relu"), "file")])
+                   ("01_linear_relu/solution.py", (REPO_ROOT / "katas" / "01_linear_relu" / "solution.py").read_bytes(), "file")])
     first, second = server.submit(team, both), server.submit(team, tar_of([("04_dce/solution.py", solution("04_dce", "2"), "file")]))
     assert (first.status, second.status) == (201, 201)
-    server.wait_for(lambda: server.get("/api/submissions/1", token=team).json()["graded"] >= 1, 300, "the first kata graded")
+    server.wait_for(lambda: server.get("/api/submissions/1", token=team).json()["graded"] >= 1, 300, "the stub judged")
     server.kill()
-    # The fleet grades a submission's katas side by side: at the kill one or both of the first are graded,
-    # and the grading is unfinished either way (the second submission at least was not graded).
-    was_running = [n for n in (1, 2) if count(db_file, "select status from submission where id = ?", n) == "running"]
-    assert count(db_file, "select count(*) from kata_result where submission_id = 1") >= 1
-    assert count(db_file, "select status from submission where id = 2") in ("queued", "running")
+    assert count(db_file, "select status from submission where id = 1") == "running"  # 04_dce unfinished
+    assert count(db_file, "select count(*) from kata_result where submission_id = 1") == 1
+    assert count(db_file, "select kata from kata_result where submission_id = 1") == "01_linear_relu"
+    assert count(db_file, "select status from submission where id = 2") == "queued"
 
     server.start()  # a server of its own: what the killed one held is free once its lease (3 s) runs out
     server.wait_for(lambda: all(server.get(f"/api/submissions/{n}", token=team).json()["status"] == "graded"
@@ -129,10 +135,15 @@ def test_a_server_killed_mid_grading_resumes_without_losing_or_counting_twice(tm
     assert count(db_file, "select count(*) from submission") == 2
     assert count(db_file, "select count(*) from kata_result") == 4  # 2 katas x 2 submissions, none twice
     assert count(db_file, "select count(*) from (select distinct submission_id, kata from kata_result)") == 4
-    for n in was_running:
-        assert count(db_file, "select attempts from submission where id = ?", n) == 2  # resumed once
+    assert count(db_file, "select attempts from submission where id = 1") == 2  # resumed once
+    assert count(db_file, "select attempts from submission where id = 2") == 1
+    assert "stopped renewing its lease" in server.log.read_text()
+    # the stub's verdict, stored before the kill, is not judged again (the store would keep the first, and say so)
+    assert "stored already" not in "".join(log.read_text() for log in tmp_path.glob("server*.log"))
     state = server.get("/api/submissions/1", token=team).json()
-    assert state["total_points"] == sum(k["points"] for k in state["katas_graded"].values()) == 160.0
+    assert {k: v["points"] for k, v in state["katas_graded"].items()} == {"04_dce": 80.0, "01_linear_relu": 0.0}
+    assert state["total_points"] == 80.0
+    assert server.get("/api/submissions/2", token=team).json()["total_points"] == 80.0
 
 
 # The security cases, each a test, against one server that stores submissions and grades none
