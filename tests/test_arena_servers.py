@@ -5,6 +5,7 @@ processes on 127.0.0.1, one database between them: a SQLite file, and a real Pos
 (tests/postgres_support.py) where one can be started."""
 from __future__ import annotations
 
+import datetime
 import sqlite3
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from arena_support import Server, add_team, create, solution, sql, tar_of
+from graders.arena.db import now
 from postgres_support import Postgres
 
 # The reference's 04_dce, except that graded by server "a" (its files staged under a/server-tmp/, the
@@ -29,6 +31,11 @@ def eliminate_dead_code(gm):
         _time.sleep(600)
     return _eliminate(gm)
 '''
+
+
+def as_datetime(value) -> datetime.datetime:
+    """A lease_until read back: a datetime from PostgreSQL, a string from SQLite."""
+    return value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(value)
 
 
 @pytest.fixture
@@ -69,10 +76,14 @@ def test_a_live_servers_grading_is_never_taken_over_and_a_dead_ones_is_taken_ove
     assert first.submit(team, tar_of([("04_dce/solution.py", HANGS_ON_A, "file")])).status == 201
     first.wait_for(lambda: sql(db, "select status from submission where id = 1")[0] == "running", 120,
                    "the first server claiming the submission")
-    owner = sql(db, "select owner from submission where id = 1")[0]
+    owner, claimed_until = sql(db, "select owner, lease_until from submission where id = 1")
     second = servers(db, "b", "--lease", "2")  # before: a starting server queued every running submission again
-    time.sleep(6)  # three leases: the first server renews its own; the second finds nothing free to claim
+    # The first claim's lease has run out, and then the second server, looking for work once a second, has
+    # looked three times more (before: a fixed 6 s from its start, most of it before the first lease ran out):
+    # only the first server's renewals keep the submission its own.
+    time.sleep(max(0.0, (as_datetime(claimed_until) - now()).total_seconds()) + 3)
     assert sql(db, "select status, attempts, owner from submission where id = 1") == ("running", 1, owner)
+    assert as_datetime(sql(db, "select lease_until from submission where id = 1")[0]) > as_datetime(claimed_until)
     assert sql(db, "select count(*) from kata_result")[0] == 0
 
     first.kill()  # mid-grading: its lease runs out, and the second server takes the submission over
