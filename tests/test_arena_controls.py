@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from arena_support import Server, add_team, arena, create, http, solution, sql, tar_of
+from arena_support import Server, add_teams, arena, create, http, solution, sql, tar_of
 
 
 def post(server: Server, path: str, token: str | None, payload: dict | None = None):
@@ -20,7 +20,7 @@ def board(server: Server, token: str | None = None) -> dict:
 def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
     db = f"sqlite:///{tmp_path / 'arena.db'}"
     organiser = create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
-    red, blue = add_team(db, "Red"), add_team(db, "Blue")
+    red, blue = add_teams(db, "Red", "Blue")
     server = Server(db, tmp_path).start()
     try:
         archive = tar_of([("04_dce/solution.py", solution("04_dce"), "file")])
@@ -32,6 +32,12 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         frozen = post(server, "/api/admin/freeze", organiser)
         assert frozen.status == 200 and frozen.json()["frozen_at"]
         assert server.submit(blue, archive).status == 201  # after the freeze
+        # an announcement while Blue's submission is graded (the command's seconds overlap the grading's)
+        said = arena("announce", "--db", db, "Kata 04's hidden models are regenerated at 18:00.")
+        assert "is on the board" in said.stdout
+        assert [a["text"] for a in server.get("/api/announcements").json()] == [
+            "Kata 04's hidden models are regenerated at 18:00."]
+        assert "Kata 04&#x27;s hidden models are regenerated" in server.get("/").text
         server.wait_for(lambda: server.get("/api/submissions/2", token=blue).json()["status"] == "graded", 300,
                         "Blue graded")
         public = server.get("/api/board").json()
@@ -42,12 +48,6 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert server.get("/api/submissions/2").json()["total_points"] is None
         assert server.get("/api/submissions/2", token=red).json()["katas_graded"] == {}
         assert "The board is frozen since" in server.get("/").text
-
-        said = arena("announce", "--db", db, "Kata 04's hidden models are regenerated at 18:00.")
-        assert "is on the board" in said.stdout
-        assert [a["text"] for a in server.get("/api/announcements").json()] == [
-            "Kata 04's hidden models are regenerated at 18:00."]
-        assert "Kata 04&#x27;s hidden models are regenerated" in server.get("/").text
 
         assert post(server, "/api/admin/submissions/1/exclude", organiser, {}).status == 400  # no reason
         assert post(server, "/api/admin/submissions/99/exclude", organiser, {"reason": "x"}).status == 404
@@ -79,9 +79,9 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert [(v["submission"], v["kata"], v["old"], v["new"], v["changed"]) for v in shown["verdicts"]] == [
             (1, "04_dce", 0.0, 80.0, True)]
         assert board(server, organiser)["Red"] == 0.0  # nothing changes before it is applied
-        assert "0.0 -> 80.0 changed" in arena("rejudging", "--db", db, "show", "1").stdout
         second = post(server, "/api/admin/rejudgings", organiser, {"submissions": [1]})
         assert second.status == 201 and second.json()["id"] == 2
+        assert "0.0 -> 80.0 changed" in arena("rejudging", "--db", db, "show", "1").stdout  # while 2 is graded
         server.wait_for(lambda: ready(2), 300, "rejudging 2 graded")
         assert post(server, "/api/admin/rejudgings/2/discard", organiser).status == 200
         assert post(server, "/api/admin/rejudgings/2/apply", organiser).status == 409  # discarded
