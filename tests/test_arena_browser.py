@@ -10,11 +10,12 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from arena_support import SCORE, Server, add_teams, arena, create, http, solution, token_option, tree
+from arena_support import SCORE, Server, add_teams, create, http, solution, token_option, tree
 from graders.frame.catalogue import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,12 +46,14 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
     orbit, form_team = add_teams(db, "Orbit", "Form <Team>")
     server = Server(db, tmp_path)
     cli = None
+    pool = ThreadPoolExecutor(1)
+    starting = pool.submit(server.start)  # the server starts while chromium does (seconds each)
     try:
-        server.start()
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
                 str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS)
             try:
+                starting.result()
                 page = browser.new_page()
                 console = []  # a script or style the policy refused would be said here
                 page.on("console", lambda message: console.append(message.text))
@@ -99,7 +102,9 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
                 with sqlite3.connect(tmp_path / "arena.db") as connection:
                     connection.execute("""update kata_result set points = 0, summary = replace(summary, '"points": 80.0',
                                           '"points": 0.0') where submission_id = 1""")
-                arena("rejudge", "--db", db, "--team", "Orbit")
+                rejudged = http(server.url + "/api/admin/rejudgings", token=organiser, data=b'{"teams": ["Orbit"]}',
+                                kind="application/json")  # the API (arena.py rejudge: test_arena_controls.py)
+                assert rejudged.status == 201 and rejudged.json()["id"] == 1, rejudged.text
                 server.wait_for(lambda: http(server.url + "/api/admin/rejudgings/1", token=organiser).json()["status"]
                                 == "ready", 600, "the rejudging graded")
                 assert http(server.url + "/api/admin/rejudgings/1/apply", token=organiser, data=b"{}",
@@ -113,6 +118,8 @@ def test_the_board_moves_in_a_real_browser(tmp_path):
             finally:
                 browser.close()
     finally:
+        starting.exception()  # started (or failed to) before it is stopped
+        pool.shutdown()
         if cli is not None and cli.poll() is None:
             cli.kill()
             cli.wait()
@@ -134,13 +141,15 @@ def test_at_the_close_the_open_board_drops_its_form_and_shows_the_seed(tmp_path)
     db = f"sqlite:///{db_file}"
     create(db, "--kata", "04_dce")
     server = Server(db, tmp_path, "--grading-threads", "0")
+    pool = ThreadPoolExecutor(1)
+    starting = pool.submit(server.start)  # the server starts while chromium does
     try:
-        server.start()
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
                 str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
                 viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=3)
             try:
+                starting.result()
                 page = browser.new_page()
                 console = []
                 page.on("console", lambda message: console.append(message.text))
@@ -148,7 +157,8 @@ def test_at_the_close_the_open_board_drops_its_form_and_shows_the_seed(tmp_path)
                 expect(page.locator("#upload")).to_be_visible()
                 assert page.evaluate("window.innerWidth") == 390
                 page.evaluate("window.notReloaded = true")
-                page.wait_for_timeout(1000)  # the event stream's first fingerprint is in
+                # the event stream's first event is in: the board redrew itself once ("updated now" -> a time)
+                expect(page.locator("#updated")).not_to_have_text("now", timeout=30_000)
                 with sqlite3.connect(db_file) as connection:  # what `arena.py close` does first
                     connection.execute("update competition set closed = 1")
                     seed = connection.execute("select seed from competition").fetchone()[0]
@@ -160,6 +170,8 @@ def test_at_the_close_the_open_board_drops_its_form_and_shows_the_seed(tmp_path)
             finally:
                 browser.close()
     finally:
+        starting.exception()
+        pool.shutdown()
         server.stop()
 
 
