@@ -166,10 +166,14 @@ def secure(request, tmp_path_factory, postgres):
     db = f"sqlite:///{tmp / 'arena.db'}" if request.param == "sqlite" else postgres.database()
     organiser = create(db, "--kata", "04_dce", "--kata", "01_linear_relu", "--rate", "3/600")
     names = ("Red", "Blue", "<script>alert(1)</script>", "Limited")
-    teams = dict(zip(names, add_teams(db, *names)))
     server = Server(db, tmp, "--grading-threads", "0", "--read-timeout", "1")
     try:
         server.start()
+        # through the organiser's API (`arena.py team add` is tested above; a command is a Python start)
+        added = [http(server.url + "/api/admin/teams", token=organiser, data=json.dumps({"name": name}).encode(),
+                      kind="application/json").json() for name in names]
+        assert [a["team"] for a in added] == list(names), added
+        teams = {a["team"]: a["token"] for a in added}
         yield server, db, organiser, teams
     finally:
         server.stop()
