@@ -182,3 +182,28 @@ def test_the_guards_a_call_added_come_back_as_a_list_of_text(tmp_path, monkeypat
         with pytest.raises(CheckFailed, match=f"fuse ran, but the judge cannot rebuild what the worker sent back: "
                                               f"the guards the call added are {outcome}"):
             worker.call(None, "fuse", (), ())
+
+
+@pytest.mark.parametrize("kata, name", [("12_reinplace", "symbolic_batch"), ("12_reinplace", "basic"),
+                                        ("13_sdpa_pattern", "dynamic_sequence_length"),
+                                        ("13_sdpa_pattern", "two_heads_of_width_64")])
+def test_a_make_fx_graph_reaches_the_worker_with_the_same_fake_values(kata, name):
+    """Kata 12's functionalized graphs and kata 13's post-grad ones travel one way (graders/isolation/channel.py):
+    without their fake tensors, which the worker makes again from `meta["fake_inputs"]`: the same meta['val'] on
+    every node, size symbols by name, and the same ShapeEnv guards."""
+    import importlib
+    import pickle
+
+    from graders.isolation import torch_private
+    from graders.isolation.channel import dumps_request
+    from graders.run import aten
+
+    models = importlib.import_module(f"graders.katas.kata_{kata}.models")
+    case = {**getattr(models, "L1_CASES", {}), "basic": getattr(models, "BASIC", None), **models.EXACT_CASES}[name]
+    gm = case.trace(case.build())
+    back = pickle.loads(dumps_request({"gm": gm}))["gm"]
+    before, after = aten.val_descriptions(gm), aten.val_descriptions(back)
+    assert len(before) == len(gm.graph.nodes) - 1  # every node but the output
+    assert {node: after.get(node) for node in before} == before
+    assert torch_private.shape_guards(back) == torch_private.shape_guards(gm)
+    assert back.code == gm.code

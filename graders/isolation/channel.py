@@ -3,9 +3,10 @@ pickled by cloudpickle (the judge's own objects: models whose classes the grader
 included). Replies are not pickled: the worker sends data the judge loads with torch.load(weights_only=True)
 (graders/isolation/serve.py, graders/isolation/records/).
 
-An ATen graph traced on fake inputs (kata 13: graders/run/aten.py) holds fake tensors in its nodes' meta['val'],
-which no pickler can carry: it travels without them and the worker makes them again from
-`gm.meta["fake_inputs"]` (the same size symbols, by name: graders/isolation/torch_private.py).
+An ATen graph traced on fake inputs (kata 12: graders/run/functionalized.py; kata 13: graders/run/aten.py) holds
+fake tensors in its nodes' meta['val'], which no pickler can carry: the judge traces it on `travelling_fakes` and
+keeps their description in `gm.meta["fake_inputs"]`; it travels without them and the worker makes them again from
+that description (the same size symbols, by name: graders/isolation/torch_private.py, `symbolic_fakes`).
 
 May import: the standard library, torch, cloudpickle, graders.isolation.torch_private.
 """
@@ -83,6 +84,18 @@ def _op_overload(name: str):
 
     namespace, packet, overload = name.split(".")
     return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+def travelling_fakes(tensors: list, dynamic: list) -> tuple[list, list]:
+    """Fake copies of `tensors` to trace a graph on (`dynamic[i]`: the dimensions of tensor i that are size symbols,
+    the rest static: torch_private.symbolic_fakes), and their description for the GraphModule's
+    `meta["fake_inputs"]`, from which a worker makes the same fakes again (`_refake`)."""
+    from graders.isolation import torch_private
+
+    fakes = torch_private.symbolic_fakes(list(tensors), [set(d) for d in dynamic])
+    described = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."), str(t.device),
+                  tuple(sorted(d))) for t, d in zip(tensors, dynamic)]
+    return fakes, described
 
 
 def _refake(gm) -> None:

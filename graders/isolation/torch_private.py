@@ -54,10 +54,6 @@ USED: list[tuple[str, str, tuple[str, ...]]] = [
     ("torch._inductor.decomposition", "select_decomp_table", ()),
     ("torch.func", "functionalize", ("func", "remove")),
     ("torch.fx.passes.reinplace", "reinplace", ("gm", "sample_args")),
-    ("torch._subclasses.fake_tensor", "FakeTensorMode.__init__", ("self", "shape_env")),
-    ("torch._subclasses.fake_tensor", "FakeTensorMode.from_tensor", ("self", "tensor", "static_shapes", "source")),
-    ("torch.fx.experimental.symbolic_shapes", "ShapeEnv.__init__", ("self",)),
-    ("torch._dynamo.source", "ConstantSource", ("source_name",)),
 ]
 
 
@@ -186,27 +182,11 @@ def inductor_decompositions() -> dict:
 def functionalized_graph(fn: Callable, args: tuple, *, tracing_mode: str = "fake") -> torch.fx.GraphModule:
     """`fn` functionalized with its mutations removed (torch.func.functionalize(fn, remove="mutations")) and traced
     by make_fx to an ATen graph: every op out of place, a mutation of an input written back by a trailing `copy_`.
-    Every node carries `meta['val']`; with "symbolic" tracing every dimension is a size symbol (equal sizes one
-    symbol) and `gm.shape_env` holds the guards."""
+    Every node carries `meta['val']`; traced "symbolic" on `symbolic_fakes`, the graph keeps their size symbols
+    and `gm.shape_env` holds the guards."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     return make_fx(torch.func.functionalize(fn, remove="mutations"), tracing_mode=tracing_mode)(*args)
-
-
-def fake_inputs(specs: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]], symbolic: bool) -> tuple[Any, list]:
-    """A FakeTensorMode and one fake tensor per (sizes, strides, dtype) in `specs`, made as make_fx makes its
-    inputs: with `symbolic`, every dimension a size symbol in a fresh ShapeEnv (equal sizes one symbol)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    if not symbolic:
-        mode = FakeTensorMode()
-        return mode, [mode.from_tensor(torch.empty_strided(s, st, dtype=d)) for s, st, d in specs]
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-    return mode, [mode.from_tensor(torch.empty_strided(s, st, dtype=d), static_shapes=False,
-                                   source=ConstantSource(f"input{i}")) for i, (s, st, d) in enumerate(specs)]
 
 
 def torch_reinplace(gm: torch.fx.GraphModule, args: tuple) -> torch.fx.GraphModule:
@@ -217,7 +197,7 @@ def torch_reinplace(gm: torch.fx.GraphModule, args: tuple) -> torch.fx.GraphModu
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Symbolic fake inputs (kata 13): chosen dimensions symbolic, the rest static, as Inductor's graphs see them
+# Symbolic fake inputs (katas 12 and 13): chosen dimensions symbolic, the rest static, as Inductor's graphs see them
 
 USED += [
     ("torch._subclasses.fake_tensor", "FakeTensorMode.__init__", ("self", "shape_env", "allow_non_fake_inputs")),

@@ -10,7 +10,7 @@ rewrote there.
 
 The guards a pass added to the ShapeEnv are measured around its call (`Run.added_guards`: graders/run/harness.py).
 
-May import: graders.frame, graders.isolation (torch_private, records).
+May import: graders.frame, graders.isolation (torch_private, records, channel's `travelling_fakes`).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from graders.isolation import torch_private
+from graders.isolation.channel import travelling_fakes
 from graders.isolation.records import describe_value
 
 
@@ -33,12 +34,11 @@ def aten_tracer(example: Callable[[], tuple], dynamic: tuple) -> Callable[[nn.Mo
         device = next(iter(model.parameters()), torch.empty(0)).device
         tensors = tuple(t.to(device) for t in tensors)
         dims = [set(dynamic[i]) if i < len(dynamic) else set() for i in range(len(tensors))]
-        fakes = torch_private.symbolic_fakes(list(tensors), dims)
+        fakes, described = travelling_fakes(list(tensors), dims)
         with torch.no_grad():  # an inference graph, as Inductor's: with grad, softmax's saved output adds an alias
             gm = torch_private.aten_graph(model, tuple(fakes), decompositions=torch_private.inductor_decompositions(),
                                           tracing_mode="symbolic")
-        gm.meta["fake_inputs"] = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."),
-                                   str(t.device), tuple(sorted(d))) for t, d in zip(tensors, dims)]
+        gm.meta["fake_inputs"] = described
         return gm
 
     return trace

@@ -3,9 +3,9 @@ on the result.
 
 - `functionalizer(example, symbolic)` makes a `Case.trace`: the model functionalized with its mutations removed
   and traced by make_fx (graders/isolation/torch_private.py, `functionalized_graph`), every node carrying
-  `meta['val']`. Fake tensors cannot be pickled, so the graph is a `TravellingGraph`: sent to a worker it drops
-  them and, on arrival, propagates them again from its inputs' sizes, strides and dtypes (every dimension a size
-  symbol where the trace was symbolic), so a pass reads `meta['val']` isolated as in process.
+  `meta['val']`. Fake tensors cannot be pickled: the graph is traced on the channel's `travelling_fakes`, whose
+  description a worker makes them again from (graders/isolation/channel.py, as for kata 13's graphs), so a pass
+  reads `meta['val']` isolated as in process.
 - `fresh_tensors(gm, inputs)`: the nodes that allocate a fresh tensor, with its bytes, when `gm` runs on `inputs`
   (an op in place or a view writes none): the exact count a reinplacing pass lowers.
 - `aliased_inputs(outputs, inputs)`: which outputs share storage with which inputs.
@@ -16,7 +16,7 @@ on the result.
 The guards a pass added to the ShapeEnv of a symbolic trace are measured around its call, in process or in the
 worker after the graph's arrival (`Run.added_guards`: graders/run/harness.py).
 
-May import: graders.frame, graders.isolation (torch_private).
+May import: graders.frame, graders.isolation (torch_private, channel's `travelling_fakes`).
 """
 from __future__ import annotations
 
@@ -29,62 +29,20 @@ import torch.nn as nn
 from torch.utils._pytree import tree_leaves
 
 from graders.isolation import torch_private
+from graders.isolation.channel import travelling_fakes
 
-DROPPED = ("val", "tensor_meta")  # the meta that holds fake tensors: propagated again on arrival
-
-
-class OpName(str):
-    """An operator overload's name ("aten.add.Tensor") standing for it in a pickled graph: overloads cannot be
-    pickled."""
-
-    def resolve(self):
-        namespace, name, overload = self.split(".")
-        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
-
-    def __call__(self, *args, **kwargs):  # fx asks a call_function target to be callable
-        return self.resolve()(*args, **kwargs)
-
-
-class TravellingGraph(fx.Graph):
-    """A graph whose nodes' `meta['val']` survives pickling to a worker: dropped on the way, propagated again on
-    arrival from `arrival` = (one (sizes, strides, dtype) per placeholder, symbolic or not). Its operator
-    overloads travel by name."""
-
-    arrival: tuple = ((), False)
-
-    def __reduce__(self):
-        plain, copies = fx.Graph(), {}
-        for node in self.nodes:  # a plain Graph of the same nodes, names and order; overloads by name, no fake values
-            target = OpName(node.target) if torch_private.is_op_overload(node.target) else node.target
-            args, kwargs = fx.map_arg((node.args, node.kwargs), copies.__getitem__)
-            copies[node] = plain.create_node(node.op, target, args, kwargs, name=node.name, type_expr=node.type)
-            copies[node].meta = {key: value for key, value in node.meta.items() if key not in DROPPED}
-        return _arrive, (plain, self.arrival)
-
-
-def _arrive(graph: fx.Graph, arrival: tuple) -> TravellingGraph:
-    graph.__class__ = TravellingGraph
-    graph.arrival = arrival
-    for node in graph.nodes:
-        if isinstance(node.target, OpName):
-            node.target = node.target.resolve()
-    specs, symbolic = arrival
-    mode, fakes = torch_private.fake_inputs(list(specs), symbolic)
-    holder = fx.GraphModule(nn.Module(), graph)  # FakeTensorProp runs a module; the judge's GraphModule owns it next
-    torch_private.propagate_fake(holder, fakes, mode)
-    graph.owning_module = None
-    return graph
+DROPPED = ("val", "tensor_meta")  # the meta that holds fake tensors (torch_reinplaced propagates them again)
 
 
 def functionalizer(example: Callable[[], tuple], symbolic: bool = False) -> Callable[[nn.Module], fx.GraphModule]:
-    """A `Case.trace`: make_fx of torch.func.functionalize(model, remove="mutations") on `example()`'s inputs
-    ("symbolic" tracing where `symbolic`: every dimension a size symbol; else fake tensors of these sizes)."""
+    """A `Case.trace`: make_fx of torch.func.functionalize(model, remove="mutations") on fakes of `example()`'s
+    inputs (`travelling_fakes`: where `symbolic`, every dimension a size symbol, equal sizes one; else static)."""
 
     def trace(model: nn.Module) -> fx.GraphModule:
         args = example()
-        gm = torch_private.functionalized_graph(model, args, tracing_mode="symbolic" if symbolic else "fake")
-        gm.graph.__class__ = TravellingGraph
-        gm.graph.arrival = (tuple((tuple(a.shape), tuple(a.stride()), a.dtype) for a in args), symbolic)
+        fakes, gm_inputs = travelling_fakes(list(args), [set(range(a.dim())) if symbolic else set() for a in args])
+        gm = torch_private.functionalized_graph(model, tuple(fakes), tracing_mode="symbolic")
+        gm.meta["fake_inputs"] = gm_inputs
         # make_fx keeps a symbolic trace's ShapeEnv on the module, which cannot be pickled to a worker: its fake
         # tensors hold it too (torch_private.shape_guards).
         gm.__dict__.pop("shape_env", None)
