@@ -2,9 +2,12 @@
 the run path's checks of a program a pass returned.
 
 - `exporter(...)` makes a `Case.trace` that exports a model (graders/isolation/torch_private.py, `export`):
-  the first model of a structure (its repr, the example inputs' shapes, the dynamic shapes) is exported and
-  saved as bytes; every later model of that structure is a copy loaded from the bytes with the new model's
-  parameters and buffers put in (an export costs a second or more; a copy, a tenth of that);
+  the first model of a structure (`structure`: its wiring as symbolic_trace's code, its modules' configuration
+  and modes, the shapes of its state and of the example inputs, the dynamic shapes) is exported and saved as
+  bytes; every later model of that structure is a copy loaded from the bytes with the new model's parameters
+  and buffers put in (an export costs a second or more; a copy, a tenth of that); a model symbolic_trace
+  cannot trace is exported every time. `copy_program` copies a program it handed out from the same bytes (a
+  load, no save);
 - `settle(...)` is what `apply` does with a pass's program: the given program's guards code put on it (the
   judge's own text: a worker's never reaches it) and its module built. Whether the pass added a guard is
   measured where it ran, around its call (graders/run/harness.py, `added_guards_sentence`; `GUARD_HINT`);
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -30,42 +34,79 @@ from graders.isolation import torch_private
 
 ExportedProgram = torch.export.ExportedProgram
 _SAVED: dict[tuple, bytes] = {}  # per process: a model structure's program, as torch.export.save bytes
+# Each program the exporter handed out: the bytes it was loaded from (or saved as) and its text then, so that
+# `copy_program` loads a copy instead of saving it again. Weak: a program's entry goes with it.
+_HANDED: "weakref.WeakKeyDictionary[ExportedProgram, tuple[bytes, list[str]]]" = weakref.WeakKeyDictionary()
 
 
-def _shapes(tree) -> str:
-    return repr(torch.utils._pytree.tree_map(lambda t: (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t, tree))
+def _described_tensors(tree) -> str:
+    """The shape, dtype and strides of each tensor in `tree`: what an export records of its inputs."""
+    return repr(torch.utils._pytree.tree_map(
+        lambda t: (tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t, tree))
+
+
+def structure(model: nn.Module, args: tuple, dynamic_shapes: Any = None) -> tuple | None:
+    """What decides the program torch.export makes of `model` on `args`, but the values of its parameters and
+    buffers: its wiring (the code symbolic_trace writes of its forward), each module's
+    class, configuration (extra_repr) and mode, its state's and the inputs' shapes, dtypes, strides and devices,
+    the dynamic shapes. None where symbolic_trace cannot trace the model (its wiring unknown: the caller exports
+    afresh)."""
+    try:
+        wiring = fx.symbolic_trace(model).code
+    except Exception:  # noqa: BLE001 - control flow on tensors, an untraceable call: no key, no sharing
+        return None
+    modules = tuple((path, f"{type(m).__module__}.{type(m).__qualname__}", m.extra_repr(), m.training)
+                    for path, m in model.named_modules(remove_duplicate=False))
+    state = tuple((name, tuple(t.shape), t.dtype, t.stride(), str(t.device), isinstance(t, nn.Parameter),
+                   t.requires_grad) for name, t in model.state_dict(keep_vars=True).items())
+    return modules, wiring, state, _described_tensors(args), repr(dynamic_shapes)
 
 
 def exporter(example: Callable[[], tuple], dynamic_shapes: Any = None) -> Callable[[nn.Module], ExportedProgram]:
     """A `Case.trace` for programs: `model` exported on `example()` with `dynamic_shapes` (torch.export's
-    argument, e.g. `({0: Dim("batch", min=1, max=64)},)`), from a per-process cache of its structure."""
+    argument, e.g. `({0: Dim("batch", min=1, max=64)},)`), from a per-process cache of its `structure`."""
 
     def trace(model: nn.Module) -> ExportedProgram:
         args = example()
         args = tuple(a.to(next(iter(model.parameters()), torch.empty(0)).device) if isinstance(a, torch.Tensor) else a
                      for a in args)
-        key = (type(model).__qualname__, repr(model), model.training, _shapes(args), repr(dynamic_shapes),
-               str(next(iter(model.state_dict().values()), torch.empty(0)).device))
-        if key in _SAVED:
-            program = torch_private.load_program(_SAVED[key])
-            if _refill(program, model):
-                return program
+        key = structure(model, args, dynamic_shapes)
+        data = _SAVED.get(key) if key is not None else None
+        if data is not None:
+            program = _loaded_for(data, model)
+            if program is not None:
+                _SAVED[key] = data
+                return _hand_out(program, data)
         program = torch_private.export(model, args, dynamic_shapes)
-        _SAVED[key] = torch_private.save_program(program)
-        return program
+        data = torch_private.save_program(program)
+        if key is not None:
+            _SAVED[key] = data
+        return _hand_out(program, data)
 
     return trace
 
 
-def _refill(program: ExportedProgram, model: nn.Module) -> bool:
-    """Put `model`'s parameters and buffers into a copy of a program exported from a model of its structure;
-    False where the two do not line up (the caller exports afresh)."""
-    state = model.state_dict(keep_vars=True)
+def _loaded_for(data: bytes, model: nn.Module) -> ExportedProgram | None:
+    """The program in `data` (a model of `model`'s structure, exported and saved) with `model`'s parameters and
+    buffers put in; None where the program does not fit `model`."""
+    program = torch_private.load_program(data)
+    return program if _refill(program, model.state_dict(keep_vars=True)) else None
+
+
+def _hand_out(program: ExportedProgram, data: bytes) -> ExportedProgram:
+    _HANDED[program] = (data, program_text(program))
+    return program
+
+
+def _refill(program: ExportedProgram, state: dict[str, torch.Tensor]) -> bool:
+    """Put copies of `state`'s tensors (a model's parameters and buffers, or a program's state dict) into a
+    program loaded from bytes of its structure; False where the two do not line up (the caller exports or
+    saves afresh)."""
     if set(program.state_dict) - set(state) or program.constants:
         return False
     for name, old in program.state_dict.items():
         new = state[name]
-        if new.shape != old.shape or new.dtype != old.dtype:
+        if new.shape != old.shape or new.dtype != old.dtype or new.stride() != old.stride():
             return False
         program.state_dict[name] = new.detach().clone() if not isinstance(old, nn.Parameter) else \
             nn.Parameter(new.detach().clone(), requires_grad=old.requires_grad)
@@ -73,7 +114,18 @@ def _refill(program: ExportedProgram, model: nn.Module) -> bool:
 
 
 def copy_program(program: ExportedProgram) -> ExportedProgram:
-    """An independent copy of a program the judge holds (saved and loaded: its own bytes)."""
+    """An independent copy of a program the judge holds, as torch.export.save and load would make it: for a
+    program the exporter handed out and nobody has changed since (its graph, signature and ranges; its state
+    dict's tensors are read now), loaded from the bytes it came from with its state dict's tensors copied in
+    (a load, not a save and a load); for any other program, saved and loaded."""
+    data, text = _HANDED.get(program, (None, None))
+    if data is not None and program_text(program) == text and not program.constants:
+        twin, state = torch_private.load_program(data), program.state_dict
+        if set(twin.state_dict) == set(state) and all(
+                type(t) is type(state[name]) and t.requires_grad == state[name].requires_grad
+                for name, t in twin.state_dict.items()) and _refill(twin, state) \
+                and program_text(twin) == text:  # graph, signature and ranges: the program as handed out
+            return _hand_out(twin, data)
     return torch_private.load_program(torch_private.save_program(program))
 
 

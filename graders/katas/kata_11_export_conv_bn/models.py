@@ -3,8 +3,6 @@ decomposed (graders/run/exported.py, `exporter`), some with a dynamic batch.
 
 Every BatchNorm gets random statistics and a random eps, variances down to 0.05, so that a missing term shows.
 A static program is graded at the batch it was exported with; a dynamic one at several (its `Dim` allows 1-64).
-The exporter keeps one program per model structure, known by the model's repr: `Model` names its wiring in
-its repr, so that two wirings of the same modules are two structures.
 """
 from __future__ import annotations
 
@@ -35,21 +33,9 @@ WIRINGS = {
 }
 
 
-class Model(Program):
-    """A Program whose repr names its wiring: the exporter knows a structure by the model's repr."""
-
-    def __init__(self, wiring: str, program, **parts):
-        super().__init__(program, **parts)
-        self.wiring = wiring
-
-    def extra_repr(self) -> str:
-        return self.wiring
-
-
-def conv_bn(conv: nn.Module, bn: nn.Module, wiring: str = "relu", names: tuple | list = ("conv", "bn")) -> Model:
+def conv_bn(conv: nn.Module, bn: nn.Module, wiring: str = "relu", names: tuple | list = ("conv", "bn")) -> Program:
     """A conv and a BN installed under `names`, wired as WIRINGS[wiring] says."""
-    return Model(wiring, lambda m, x: WIRINGS[wiring](*(getattr(m, n) for n in names), x),
-                 **dict(zip(names, (conv, bn))))
+    return Program(lambda m, x: WIRINGS[wiring](*(getattr(m, n) for n in names), x), **dict(zip(names, (conv, bn))))
 
 
 def images(channels: int, height: int, *, dtype: torch.dtype = torch.float32, channels_last: bool = False):
@@ -109,8 +95,8 @@ EXACT_CASES: dict[str, Case] = {
                           "the batch is a size symbol: leave range_constraints and every meta['val'] symbolic.",
                           dynamic=True, extra={"round_trip": True}),
     "bn_after_add_of_two_convs": case(
-        lambda: Model("add_of_two_convs", lambda m, x: m.bn(m.conv1(x) + m.conv2(x)),
-                      conv1=conv2d(3, 4), conv2=conv2d(3, 4, 1), bn=bn2d(4)), (3, 8), 1,
+        lambda: Program(lambda m, x: m.bn(m.conv1(x) + m.conv2(x)), conv1=conv2d(3, 4), conv2=conv2d(3, 4, 1),
+                        bn=bn2d(4)), (3, 8), 1,
         "the BN reads an add, not a convolution: only a BN whose input is one convolution's output folds."),
     "conv_called_twice": case(lambda: conv_bn(conv2d(4, 4), bn2d(4), "conv_called_twice"), (4, 8), (0, 1),
                               "the convolution's weight placeholder feeds two convolutions: folding into it changes "
