@@ -8,8 +8,10 @@ sandboxed workers, each several seconds, so grading is still running when the la
 acknowledged), the other nineteen the kata's shipped stub, which the fleet judges from its bytes at once
 (graders/competition/fleet.py). So forty submissions go through the queue's claims, two threads at a time,
 in about the time of two gradings; full gradings through the fleet are tested in tests/test_arena.py and
-tests/test_fleet.py. (Each real grading starts a nursery of its own, a sandboxed Python importing torch,
-about 5 s of CPU: a second team submitting the reference added two more for nothing the claim needs.)"""
+tests/test_fleet.py. (A team's tree is graded in a nursery of its own, a sandboxed Python importing torch,
+about 5 s of CPU: a second team submitting the reference added more for nothing the claim needs. The graded
+team sends the same file twice, so the same tree (graders/competition/nurseries.py): its two gradings share
+one nursery; before, a tag told them apart and each started its own.)"""
 from __future__ import annotations
 
 import json
@@ -42,8 +44,7 @@ def test_forty_submissions_at_once_are_acknowledged_stored_and_graded_once(tmp_p
         server.start()
         tokens = [http(server.url + "/api/admin/teams", token=organiser, data=json.dumps({"name": f"team{n:02d}"}).encode(),
                        kind="application/json").json()["token"] for n in range(TEAMS)]
-        jobs = [(token, tar_of([(f"{KATA}/solution.py", solution(KATA, f"team {n} submission {k}") if n < GRADED
-                                 else stub(), "file")]))
+        jobs = [(token, tar_of([(f"{KATA}/solution.py", solution(KATA, f"team {n}") if n < GRADED else stub(), "file")]))
                 for n, token in enumerate(tokens) for k in range(EACH)]
         start = threading.Barrier(len(jobs))
 
