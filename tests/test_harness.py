@@ -112,3 +112,16 @@ def test_a_hanging_pass_times_out_twice_then_the_rest_fail_at_once(tmp_path):
     assert timed_out == ["timed out: the check did not finish within 2.0 s; does the pass loop forever on this model?"] * 2
     assert messages[-1] == "not run: 2 earlier checks of 03_conv_bn timed out."
     assert "03_conv_bn test_L1_pattern[single_pair]: timed out: the check did not finish within 2.0 s" in proc.stdout
+
+
+def test_a_run_that_grades_no_kata_is_not_failed_by_the_runtime_guard(tmp_path):
+    # The project's own tests change the graders' state (a zygote started in process sets Zygote._current); with
+    # the plugin's guard counting that as tampering, `pytest -p no:xdist tests/test_cheats.py` exited 1 with every
+    # test passed. Tampering in a run that grades katas is still disqualified (tests/test_score.py).
+    (tmp_path / "test_state.py").write_text(
+        "from graders.batch.zygote import Zygote\n\n\ndef test_sets_grader_state():\n    Zygote._current = object()\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                           "-p", "graders.learner.pytest_plugin", str(tmp_path / "test_state.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr

@@ -291,7 +291,9 @@ def pytest_sessionfinish(session):
     for grading in session.config.stash.get(_SESSIONS, {}).values():
         grading.close()
     results = [r.to_dict() for r in _all_results(session.config)]
-    tampering = _tampering(session.config)
+    # Only a run that graded katas ran solution code in this process; the project's own tests (tests/) change
+    # the graders' state themselves (a zygote started in process sets Zygote._current) and grade nothing here.
+    tampering = _tampering(session.config) if session.config.stash.get(_SESSIONS, {}) else None
     if tampering:  # whatever the checks said, a run that changed the grader proves nothing
         for r in results:
             r.update(passed=False, points=0.0, disqualified=True, message=tampering)
