@@ -18,8 +18,11 @@ from graders.run import exported
 def test_every_private_api_the_graders_call_is_there_with_its_parameters():
     assert torch_private.chapter_2_problem() is None, torch_private.chapter_2_problem()
     assert torch_private.signature_problems() == []
-    # Attributes rather than callables: a program's guards code (compiled by ExportedProgram.module()).
+    # Attributes rather than callables: a program's guards code (compiled by ExportedProgram.module()), an
+    # operator's schema (the exporter sets a BatchNorm's eps by its argument's name: graders/run/exported.py).
     assert isinstance(torch_private.guards_code(program()), list)
+    assert torch_private.argument_names(torch.ops.aten._native_batch_norm_legit_no_training.default)[-2:] == \
+        ["momentum", "eps"]
 
 
 def test_a_missing_or_changed_api_is_named_in_a_sentence(monkeypatch):

@@ -138,6 +138,11 @@ def is_op_overload(target) -> bool:
     return isinstance(target, torch._ops.OpOverload)
 
 
+def argument_names(op) -> list[str]:
+    """The names of an operator overload's arguments, in order (its schema's: `op._schema.arguments`)."""
+    return [argument.name for argument in op._schema.arguments]
+
+
 def guards_code(program: torch.export.ExportedProgram) -> list[str]:
     """The Python source of the program's guards, which `program.module()` compiles into `_guards_fn`."""
     return list(getattr(program, "_guards_code", None) or [])
