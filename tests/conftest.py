@@ -36,6 +36,11 @@ from graders.run.session import GradingSession
 # "timed": whether it has timed
 _state = {}
 
+# The project's tests keep no exported program across processes (graders/run/exported.py, `cache_folder`): they
+# neither read what a learner's gradings left in the user's cache nor write there; tests/test_exported.py sets
+# its own folder. The subprocesses a test starts inherit it.
+os.environ["FX_KATAS_EXPORT_CACHE"] = "off"
+
 
 def machine_lock(exclusive: bool):
     """Hold the machine lock, shared or exclusive, for the block (MachineLock.hold); not under xdist, nothing."""

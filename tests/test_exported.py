@@ -1,11 +1,16 @@
 """Chapter 2's exporter (graders/run/exported.py): one torch.export per model structure, its wiring included,
 later models of the structure loaded from the saved bytes with their own weights, and copies of a program it
 handed out loaded from the same bytes (no save) yet as independent as a saved and loaded one."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from graders.frame.catalogue import REPO_ROOT
 from graders.isolation import torch_private
 from graders.run import exported
 from graders.run.models import Program
@@ -104,3 +109,128 @@ def test_a_program_changed_since_it_was_handed_out_is_saved_and_loaded(monkeypat
     monkeypatch.setattr(torch_private, "save_program", lambda p: saves.append(1) or real(p))
     copy = exported.copy_program(given)
     assert saves == [1] and "aten.sigmoid.default" in targets(copy) and "aten.relu.default" not in targets(copy)
+
+
+def test_a_batchnorms_eps_is_no_part_of_the_structure_and_each_copy_gets_its_own(monkeypatch):
+    def model(eps: float) -> Program:
+        return Program(lambda m, x: F.relu(m.bn(m.conv(x))), conv=nn.Conv2d(3, 4, 3), bn=nn.BatchNorm2d(4, eps=eps)).eval()
+
+    trace = exported.exporter(lambda: X)
+    first, second = model(1e-3), model(0.5)
+    assert exported.structure(first, X) == exported.structure(second, X)
+    trace(first)
+    monkeypatch.setattr(torch_private, "export", lambda *a, **k: pytest.fail("exported again"))
+    program = trace(second)
+    eps = [n.args[-1] for n in program.graph.nodes if "batch_norm" in str(n.target)]
+    assert eps == [0.5]
+    x = torch.randn(2, 3, 6, 6)
+    assert torch.allclose(program.module()(x), second(x), atol=1e-6)
+    monkeypatch.setattr(torch_private, "save_program", lambda p: pytest.fail("copied by a save"))
+    copy = exported.copy_program(program)  # from the first model's bytes, with the second's eps
+    assert [n.args[-1] for n in copy.graph.nodes if "batch_norm" in str(n.target)] == [0.5]
+    equal(copy, program)
+
+
+KATA_11_CASES = ["single_pair", "bn_in_training_mode", "bn_without_running_stats", "bn_affine_false",
+                 "dynamic_batch", "channels_last", "conv_transpose", "hidden"]
+
+
+@pytest.mark.parametrize("name", KATA_11_CASES)
+def test_kata_11s_models_loaded_from_bytes_are_what_a_fresh_export_makes(name, monkeypatch):
+    """The zoo's models (random eps, modes, layouts, dynamic batch, nested names): a program handed out from
+    another model's bytes is the program torch.export makes of this model, eps included."""
+    import random
+
+    from graders.katas.kata_11_export_conv_bn import models
+
+    def built(seed: int):
+        random.seed(seed)
+        torch.manual_seed(seed)
+        case = models.hidden_case(random.Random(5)) if name == "hidden" else \
+            {"single_pair": models.SINGLE_PAIR, **models.EXACT_CASES}[name]
+        model = case.build()
+        model = model.eval() if case.mode == "eval" else model.train() if case.mode == "train" else model
+        return case, model
+
+    seed = 1
+    case, first = built(0)
+    while (eps := [m.eps for m in built(seed)[1].modules() if isinstance(m, nn.BatchNorm2d)]) == \
+            [m.eps for m in first.modules() if isinstance(m, nn.BatchNorm2d)]:
+        seed += 1
+    case.trace(first)
+    _, second = built(seed)
+    handed = case.trace(second)
+    assert [n.args[-1] for n in handed.graph.nodes if "batch_norm" in str(n.target)] == eps
+    monkeypatch.setattr(exported, "_SAVED", {})
+    fresh = torch_private.load_program(torch_private.save_program(case.trace(built(seed)[1])))
+    equal(handed, fresh)
+    monkeypatch.setattr(torch_private, "save_program", lambda p: pytest.fail("copied by a save"))
+    equal(exported.copy_program(handed), fresh)
+
+
+SECOND_PROCESS = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from graders.isolation import torch_private
+from graders.run import exported
+from graders.run.models import Program
+exports, export = [], torch_private.export
+torch_private.export = lambda *a, **k: exports.append(1) or export(*a, **k)
+torch.manual_seed(0)
+model = Program(lambda m, x: F.relu(m.bn(m.conv(x))), conv=nn.Conv2d(3, 4, 3), bn=nn.BatchNorm2d(4, eps=0.25)).eval()
+with exported.kept_on_disk():
+    program = exported.exporter(lambda: (torch.randn(2, 3, 6, 6),))(model)
+x = torch.randn(2, 3, 6, 6)
+assert torch.allclose(program.module()(x), model(x), atol=1e-6)
+print("exports", len(exports))
+"""
+
+
+def exports_in_a_new_process(folder) -> int:
+    done = subprocess.run([sys.executable, "-c", SECOND_PROCESS], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), exported.CACHE_VARIABLE: str(folder)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.split()[-1])
+
+
+def test_a_later_process_loads_a_kept_program_and_a_damaged_one_is_exported_again(tmp_path):
+    folder = tmp_path / "exports"
+    assert exports_in_a_new_process(folder) == 1
+    entries = list(folder.iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".pt2"  # no temporary file left behind
+    whole = entries[0].read_bytes()
+    assert exports_in_a_new_process(folder) == 0
+    entries[0].write_bytes(whole[: len(whole) // 2])  # cut short (a full disk, a crash of an older writer)
+    assert exports_in_a_new_process(folder) == 1
+    assert list(folder.iterdir()) == entries and entries[0].read_bytes() != whole[: len(whole) // 2]
+    torch_private.load_program(entries[0].read_bytes())  # whole again
+
+
+def test_the_cache_folder_is_kept_only_where_allowed_and_can_be_moved_or_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv(exported.CACHE_VARIABLE, str(tmp_path / "here"))
+    model = conv_bn(lambda m, x: F.relu(m.bn(m.conv(x))))
+    exported.exporter(lambda: X)(model)  # outside kept_on_disk: a worker's grading, a direct call
+    assert not (tmp_path / "here").exists()
+    monkeypatch.setattr(exported, "_SAVED", {})
+    with exported.kept_on_disk():
+        exported.exporter(lambda: X)(model)
+    assert len(list((tmp_path / "here").iterdir())) == 1
+    for off in ("off", "0", ""):
+        monkeypatch.setenv(exported.CACHE_VARIABLE, off)
+        assert exported.cache_folder() is None
+    monkeypatch.delenv(exported.CACHE_VARIABLE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert exported.cache_folder() == tmp_path / "xdg" / "fx-katas" / "exports"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert exported.cache_folder() == tmp_path / "home" / ".cache" / "fx-katas" / "exports"
+
+
+def test_the_folder_keeps_the_most_recently_used_entries(tmp_path, monkeypatch):
+    monkeypatch.setattr(exported, "KEPT", 2)
+    first, second, third = (tmp_path / f"{name}.pt2" for name in ("first", "second", "third"))
+    for at, entry in enumerate((first, second)):
+        exported._write(entry, b"bytes")
+        os.utime(entry, (at, at))
+    assert exported._read(first) == b"bytes"  # used: second is now the least recently used
+    exported._write(third, b"bytes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.pt2", "third.pt2"]

@@ -4,10 +4,12 @@ the run path's checks of a program a pass returned.
 - `exporter(...)` makes a `Case.trace` that exports a model (graders/isolation/torch_private.py, `export`):
   the first model of a structure (`structure`: its wiring as symbolic_trace's code, its modules' configuration
   and modes, the shapes of its state and of the example inputs, the dynamic shapes) is exported and saved as
-  bytes; every later model of that structure is a copy loaded from the bytes with the new model's parameters
-  and buffers put in (an export costs a second or more; a copy, a tenth of that); a model symbolic_trace
-  cannot trace is exported every time. `copy_program` copies a program it handed out from the same bytes (a
-  load, no save);
+  bytes; every later model of that structure is a copy loaded from the bytes with the new model's parameters,
+  buffers and BatchNorm eps put in (an export costs a second or more; a copy, a tenth of that); a model
+  symbolic_trace cannot trace is exported every time. In a grading whose solution code runs in this process,
+  the bytes are also kept in a folder (`cache_folder`, $FX_KATAS_EXPORT_CACHE) for later processes: a warm
+  grading of kata 11 exports only its hidden models. `copy_program` copies a program it handed out from the
+  same bytes (a load, no save);
 - `settle(...)` is what `apply` does with a pass's program: the given program's guards code put on it (the
   judge's own text: a worker's never reaches it) and its module built. Whether the pass added a guard is
   measured where it ran, around its call (graders/run/harness.py, `added_guards_sentence`; `GUARD_HINT`);
@@ -20,9 +22,16 @@ May import: graders.frame, graders.isolation (torch_private).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
+import hashlib
 import operator
+import os
+import sys
+import tempfile
 import weakref
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -45,9 +54,19 @@ def _described_tensors(tree) -> str:
         lambda t: (tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t, tree))
 
 
+# BatchNorms' eps is drawn at random in the zoos (graders/run/models.py, `bn2d`), and a program takes it only as
+# the `eps` argument of its batch-norm op: a structure leaves it out, and a copy gets its model's (`_set_eps`).
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+def _configuration(module: nn.Module) -> str:
+    text = module.extra_repr()
+    return text.replace(f"eps={module.eps}", "eps=?") if isinstance(module, BATCH_NORMS) else text
+
+
 def structure(model: nn.Module, args: tuple, dynamic_shapes: Any = None) -> tuple | None:
     """What decides the program torch.export makes of `model` on `args`, but the values of its parameters and
-    buffers: its wiring (the code symbolic_trace writes of its forward), each module's
+    buffers and its BatchNorms' eps: its wiring (the code symbolic_trace writes of its forward), each module's
     class, configuration (extra_repr) and mode, its state's and the inputs' shapes, dtypes, strides and devices,
     the dynamic shapes. None where symbolic_trace cannot trace the model (its wiring unknown: the caller exports
     afresh)."""
@@ -55,7 +74,7 @@ def structure(model: nn.Module, args: tuple, dynamic_shapes: Any = None) -> tupl
         wiring = fx.symbolic_trace(model).code
     except Exception:  # noqa: BLE001 - control flow on tensors, an untraceable call: no key, no sharing
         return None
-    modules = tuple((path, f"{type(m).__module__}.{type(m).__qualname__}", m.extra_repr(), m.training)
+    modules = tuple((path, f"{type(m).__module__}.{type(m).__qualname__}", _configuration(m), m.training)
                     for path, m in model.named_modules(remove_duplicate=False))
     state = tuple((name, tuple(t.shape), t.dtype, t.stride(), str(t.device), isinstance(t, nn.Parameter),
                    t.requires_grad) for name, t in model.state_dict(keep_vars=True).items())
@@ -71,7 +90,10 @@ def exporter(example: Callable[[], tuple], dynamic_shapes: Any = None) -> Callab
         args = tuple(a.to(next(iter(model.parameters()), torch.empty(0)).device) if isinstance(a, torch.Tensor) else a
                      for a in args)
         key = structure(model, args, dynamic_shapes)
+        entry = _entry(key) if key is not None else None
         data = _SAVED.get(key) if key is not None else None
+        if data is None and entry is not None:
+            data = _read(entry)
         if data is not None:
             program = _loaded_for(data, model)
             if program is not None:
@@ -81,16 +103,133 @@ def exporter(example: Callable[[], tuple], dynamic_shapes: Any = None) -> Callab
         data = torch_private.save_program(program)
         if key is not None:
             _SAVED[key] = data
+        if entry is not None:
+            _write(entry, data)
         return _hand_out(program, data)
 
     return trace
 
 
 def _loaded_for(data: bytes, model: nn.Module) -> ExportedProgram | None:
-    """The program in `data` (a model of `model`'s structure, exported and saved) with `model`'s parameters and
-    buffers put in; None where the program does not fit `model`."""
-    program = torch_private.load_program(data)
-    return program if _refill(program, model.state_dict(keep_vars=True)) else None
+    """The program in `data` (a model of `model`'s structure, exported and saved) with `model`'s parameters,
+    buffers and BatchNorm eps put in; None where the bytes do not load or the program does not fit `model`."""
+    try:
+        program = torch_private.load_program(data)
+    except Exception:  # noqa: BLE001 - a damaged cache file: export afresh (and write it again)
+        return None
+    return program if _refill(program, model.state_dict(keep_vars=True)) and _set_eps(program, model) else None
+
+
+def _eps_ops(program: ExportedProgram):
+    """Each node of `program` whose op takes an `eps`, with that argument's position."""
+    for node in program.graph.nodes:
+        if node.op == "call_function" and torch_private.is_op_overload(node.target):
+            names = torch_private.argument_names(node.target)
+            if "eps" in names:
+                yield node, names.index("eps")
+
+
+def _put_eps(node: fx.Node, position: int, eps) -> None:
+    if position < len(node.args):
+        node.args = (*node.args[:position], eps, *node.args[position + 1:])
+    else:
+        node.kwargs = {**node.kwargs, "eps": eps}
+
+
+def _set_eps(program: ExportedProgram, model: nn.Module) -> bool:
+    """Each op's `eps` argument set to the eps of the BatchNorm of `model` that made it (its node's innermost
+    nn_module_stack entry); an op made by another module keeps its eps (`structure` holds it). False where an
+    op that takes an eps names no module of `model`."""
+    for node, position in _eps_ops(program):
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        try:
+            module = model.get_submodule(stack[-1][0]) if stack else None
+        except AttributeError:
+            module = None
+        if module is None:
+            return False
+        if isinstance(module, BATCH_NORMS):
+            _put_eps(node, position, module.eps)
+    return True
+
+
+def _copy_eps(twin: ExportedProgram, program: ExportedProgram) -> None:
+    """Each op's `eps` argument in `twin` set to the one of `program`'s node of its name: the bytes a program was
+    loaded from hold the eps of the model exported first, `_set_eps` put its own model's in."""
+    nodes = {node.name: node for node in program.graph.nodes}
+    for node, position in _eps_ops(twin):
+        source = nodes.get(node.name)
+        if source is not None:
+            _put_eps(node, position, source.args[position] if position < len(source.args) else source.kwargs.get("eps"))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Programs kept across processes: in a grading that runs solution code in this process (a learner's), never in
+# one whose solution code runs in a worker (the worker could write into the cache folder what a later grading
+# loads: torch.export.load unpickles). The harness says which (`kept_on_disk`).
+
+CACHE_VARIABLE = "FX_KATAS_EXPORT_CACHE"  # a folder, or "off"; unset: $XDG_CACHE_HOME (or ~/.cache)/fx-katas/exports
+_FORMAT = 1  # what an entry holds and a key means: a change here starts a new set of entries
+KEPT = 256  # entries in the folder at most (some 40 KB each): the least recently used go (hidden models' first)
+_ON_DISK = contextvars.ContextVar("fx_katas_exports_on_disk", default=False)
+
+
+@contextlib.contextmanager
+def kept_on_disk(allowed: bool = True):
+    """Within the block, the exporter reads and writes the cache folder (`cache_folder`), where `allowed`."""
+    token = _ON_DISK.set(allowed)
+    try:
+        yield
+    finally:
+        _ON_DISK.reset(token)
+
+
+def cache_folder() -> Path | None:
+    """Where exported programs are kept across processes: $FX_KATAS_EXPORT_CACHE ("off", "0" or empty: nowhere),
+    else fx-katas/exports under $XDG_CACHE_HOME or ~/.cache."""
+    setting = os.environ.get(CACHE_VARIABLE)
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "0", "off", "no", "false") else Path(setting).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "fx-katas" / "exports"
+
+
+def _entry(key: tuple) -> Path | None:
+    folder = cache_folder() if _ON_DISK.get() else None
+    if folder is None:
+        return None
+    text = repr((_FORMAT, torch.__version__, sys.version, key))
+    return folder / f"{hashlib.sha256(text.encode()).hexdigest()}.pt2"
+
+
+def _read(entry: Path) -> bytes | None:
+    try:
+        data = entry.read_bytes()
+        os.utime(entry)  # used now: the last to go
+        return data
+    except OSError:
+        return None
+
+
+def _write(entry: Path, data: bytes) -> None:
+    """`data` into `entry` whole or not at all (a temporary file renamed over it); a folder that cannot be
+    written is no cache, and no failure."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+            os.replace(temporary, entry)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        entries = sorted(entry.parent.glob("*.pt2"), key=lambda path: path.stat().st_mtime)
+        for old in entries[:max(0, len(entries) - KEPT)]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _hand_out(program: ExportedProgram, data: bytes) -> ExportedProgram:
@@ -123,9 +262,10 @@ def copy_program(program: ExportedProgram) -> ExportedProgram:
         twin, state = torch_private.load_program(data), program.state_dict
         if set(twin.state_dict) == set(state) and all(
                 type(t) is type(state[name]) and t.requires_grad == state[name].requires_grad
-                for name, t in twin.state_dict.items()) and _refill(twin, state) \
-                and program_text(twin) == text:  # graph, signature and ranges: the program as handed out
-            return _hand_out(twin, data)
+                for name, t in twin.state_dict.items()) and _refill(twin, state):
+            _copy_eps(twin, program)
+            if program_text(twin) == text:  # graph, signature and ranges: the program as handed out
+                return _hand_out(twin, data)
     return torch_private.load_program(torch_private.save_program(program))
 
 
