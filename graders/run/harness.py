@@ -148,7 +148,7 @@ def added_guards_sentence(function: str, given: str, added: list[str]) -> str:
     `Called.added_guards` (`Run.added_guards`), the guards it added to the ShapeEnv behind the fake values of the
     `given` ("program", "graph") it was handed, measured where it ran (in process, or in the worker), whatever
     way that graph or program was made."""
-    shown = "; ".join(added[:3]) + (f" and {len(added) - 3} more" if len(added) > 3 else "")
+    shown = "; ".join(g[:200] for g in added[:3]) + (f" and {len(added) - 3} more" if len(added) > 3 else "")
     return (f"{function} added the guard(s) {shown} to the ShapeEnv of the {given} it was given: reading a size "
             "symbol's value (int(), or == in an if that its range does not decide) fixes it for every later call.")
 
