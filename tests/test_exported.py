@@ -81,7 +81,7 @@ def equal(a, b, guards: bool = True) -> None:
 
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("exports_first", [True, False], ids=["exported", "loaded"])
-def test_a_handed_out_program_is_copied_from_its_bytes_equal_and_independent(monkeypatch, dynamic, exports_first):
+def test_a_program_is_copied_without_a_save_equal_and_independent(monkeypatch, dynamic, exports_first):
     shapes = ({0: torch.export.Dim("batch", min=1, max=16)},) if dynamic else None
     trace = exported.exporter(lambda: X, shapes)
     if not exports_first:
@@ -93,22 +93,26 @@ def test_a_handed_out_program_is_copied_from_its_bytes_equal_and_independent(mon
     equal(copy, given, guards=not exports_first)
     equal(copy, saved_and_loaded)
     # Independent: what a pass does to the program it was given leaves the copy as it was.
-    next(n for n in given.graph.nodes if n.op == "call_function").target = torch.ops.aten.sigmoid.default
+    first = next(n for n in given.graph.nodes if n.op == "call_function")
+    first.target, first.meta["val"] = torch.ops.aten.sigmoid.default, None
     next(iter(given.state_dict.values())).data.add_(1)
     equal(copy, saved_and_loaded)
+    assert all("val" in n.meta and n.meta["val"] is not None for n in copy.graph.nodes if n.op != "output")
     x = torch.randn(3 if dynamic else 2, 3, 6, 6)
     assert torch.allclose(copy.module()(x), saved_and_loaded.module()(x))
 
 
-def test_a_program_changed_since_it_was_handed_out_is_saved_and_loaded(monkeypatch):
-    given = exported.exporter(lambda: X)(conv_bn(lambda m, x: F.relu(m.bn(m.conv(x)))))
+def test_a_copy_is_of_the_program_as_it_is_now_and_keeps_torch_exports_names(monkeypatch):
+    given = exported.exporter(lambda: X)(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval())
     relu = next(n for n in given.graph.nodes if n.target is torch.ops.aten.relu.default)
     relu.target = torch.ops.aten.sigmoid.default
-    saves = []
-    real = torch_private.save_program
-    monkeypatch.setattr(torch_private, "save_program", lambda p: saves.append(1) or real(p))
+    monkeypatch.setattr(torch_private, "save_program", lambda p: pytest.fail("copied by a save"))
     copy = exported.copy_program(given)
-    assert saves == [1] and "aten.sigmoid.default" in targets(copy) and "aten.relu.default" not in targets(copy)
+    assert "aten.sigmoid.default" in targets(copy) and "aten.relu.default" not in targets(copy)
+    # nn.Sequential's forward takes `input`: fx's own graph copy calls that placeholder input_1.
+    assert [n.name for n in copy.graph.nodes if n.op == "placeholder"][-1] == "input"
+    x = torch.randn(2, 3, 6, 6)
+    assert torch.equal(copy.module()(x), given.module()(x))
 
 
 def test_a_batchnorms_eps_is_no_part_of_the_structure_and_each_copy_gets_its_own(monkeypatch):
@@ -126,9 +130,34 @@ def test_a_batchnorms_eps_is_no_part_of_the_structure_and_each_copy_gets_its_own
     x = torch.randn(2, 3, 6, 6)
     assert torch.allclose(program.module()(x), second(x), atol=1e-6)
     monkeypatch.setattr(torch_private, "save_program", lambda p: pytest.fail("copied by a save"))
-    copy = exported.copy_program(program)  # from the first model's bytes, with the second's eps
+    copy = exported.copy_program(program)
     assert [n.args[-1] for n in copy.graph.nodes if "batch_norm" in str(n.target)] == [0.5]
     equal(copy, program)
+
+
+def node_meta(program) -> list[tuple]:
+    """What each node records of itself that passes read: its fake value's shape, dtype and strides, the module
+    that made it, the source function, the user's line."""
+    return [(n.name, exported._described(n.meta.get("val")), str(n.meta.get("nn_module_stack")),
+             str(n.meta.get("source_fn_stack")), n.meta.get("stack_trace")) for n in program.graph.nodes]
+
+
+def test_the_one_trace_export_makes_the_documented_program_and_other_ops_go_the_documented_way():
+    """torch_private.export traces once (ATen mode) where that gives what export + run_decompositions() gives:
+    the same graph, signature, state and meta; a model with an op the core table decomposes (hardswish) is
+    exported the documented way, so its program holds no op outside core ATen."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    shapes = ({0: torch.export.Dim("batch", min=1, max=16)},)
+    one, documented = torch_private.export(model, X, shapes), torch_private.documented_export(model, X, shapes)
+    equal(one, torch_private.load_program(torch_private.save_program(documented)), guards=False)
+    assert node_meta(one) == node_meta(documented)
+    # Provenance the retrace writes, which the one trace has no second trace to write.
+    assert all("from_node" not in n.meta for n in one.graph.nodes if n.op == "placeholder")
+    decomposed = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish()).eval()
+    from torch.export._trace import _export
+    assert "aten.hardswish.default" in targets(_export(decomposed, X, strict=False, pre_dispatch=False))
+    assert "aten.hardswish.default" not in targets(torch_private.export(decomposed, X))
+    assert targets(torch_private.export(decomposed, X)) == targets(torch_private.documented_export(decomposed, X))
 
 
 KATA_11_CASES = ["single_pair", "bn_in_training_mode", "bn_without_running_stats", "bn_affine_false",
@@ -162,8 +191,11 @@ def test_kata_11s_models_loaded_from_bytes_are_what_a_fresh_export_makes(name, m
     handed = case.trace(second)
     assert [n.args[-1] for n in handed.graph.nodes if "batch_norm" in str(n.target)] == eps
     monkeypatch.setattr(exported, "_SAVED", {})
+    # torch.export.export(...).run_decompositions() itself: what the exporter's one trace stands for.
+    monkeypatch.setattr(torch_private, "export", torch_private.documented_export)
     fresh = torch_private.load_program(torch_private.save_program(case.trace(built(seed)[1])))
     equal(handed, fresh)
+    assert node_meta(handed) == node_meta(fresh)
     monkeypatch.setattr(torch_private, "save_program", lambda p: pytest.fail("copied by a save"))
     equal(exported.copy_program(handed), fresh)
 

@@ -86,7 +86,7 @@ def assert_round_trip(run: Run) -> None:
     if run.ctx.session.isolate or not run.case.extra.get("round_trip"):
         return
     try:
-        back = exported.copy_program(run.result).module()
+        back = exported.round_trip(run.result).module()
     except Exception as exc:  # noqa: BLE001 - the serializer's own sentence is the failure
         run.fail(f"the program {FUNCTION} returned does not survive torch.export.save and torch.export.load "
                  f"({type(exc).__name__}: {str(exc).strip()[:300]}).", SOUND_HINT)
