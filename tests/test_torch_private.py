@@ -23,6 +23,9 @@ def test_every_private_api_the_graders_call_is_there_with_its_parameters():
     assert isinstance(torch_private.guards_code(program()), list)
     assert torch_private.argument_names(torch.ops.aten._native_batch_norm_legit_no_training.default)[-2:] == \
         ["momentum", "eps"]
+    # The one-trace export asks whether an op is in the core table by core_aten_decompositions' keys: the
+    # operators run_decompositions() decomposes with export's own default table.
+    assert set(torch_private._core_table()) == set(torch_private._core_decompositions())
 
 
 def test_a_missing_or_changed_api_is_named_in_a_sentence(monkeypatch):
