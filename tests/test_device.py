@@ -332,8 +332,12 @@ def test_a_zoo_model_that_cannot_run_on_a_gpu_is_graded_on_the_cpu_and_says_so(c
         result = session.run(check)
         assert result.passed, (check.test_id, result.message)
         assert result.figures["graded_on"] == f"cpu: {check.run.case.cpu_only}"
-    on_cpu = GradingSession(REPO_ROOT / "reference", device="cpu", seed=1)
-    assert all("graded_on" not in on_cpu.run(check).figures for check in checks)
+    # On a CPU session the same cases say nothing of it: one check of each kata shows it (the figure is set in
+    # one place for every case, graders/run/harness.py).
+    on_cpu, one_each = GradingSession(REPO_ROOT / "reference", device="cpu", seed=1), {}
+    for check in checks:
+        one_each.setdefault(check.kata, check)
+    assert all("graded_on" not in on_cpu.run(check).figures for check in one_each.values())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the fork poisoning it guards against is CUDA's")

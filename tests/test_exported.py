@@ -200,15 +200,19 @@ def test_kata_11s_models_loaded_from_bytes_are_what_a_fresh_export_makes(name, m
     equal(exported.copy_program(handed), fresh)
 
 
+def kept_model() -> Program:
+    torch.manual_seed(0)
+    return Program(lambda m, x: F.relu(m.bn(m.conv(x))), conv=nn.Conv2d(3, 4, 3), bn=nn.BatchNorm2d(4, eps=0.25)).eval()
+
+
 SECOND_PROCESS = """
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch
 from graders.isolation import torch_private
 from graders.run import exported
-from graders.run.models import Program
+from tests.test_exported import kept_model
 exports, export = [], torch_private.export
 torch_private.export = lambda *a, **k: exports.append(1) or export(*a, **k)
-torch.manual_seed(0)
-model = Program(lambda m, x: F.relu(m.bn(m.conv(x))), conv=nn.Conv2d(3, 4, 3), bn=nn.BatchNorm2d(4, eps=0.25)).eval()
+model = kept_model()
 with exported.kept_on_disk():
     program = exported.exporter(lambda: (torch.randn(2, 3, 6, 6),))(model)
 x = torch.randn(2, 3, 6, 6)
@@ -217,24 +221,31 @@ print("exports", len(exports))
 """
 
 
-def exports_in_a_new_process(folder) -> int:
-    done = subprocess.run([sys.executable, "-c", SECOND_PROCESS], capture_output=True, text=True, timeout=300,
-                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), exported.CACHE_VARIABLE: str(folder)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    return int(done.stdout.split()[-1])
-
-
-def test_a_later_process_loads_a_kept_program_and_a_damaged_one_is_exported_again(tmp_path):
+def test_a_later_process_loads_a_kept_program_and_a_damaged_one_is_exported_again(tmp_path, monkeypatch):
     folder = tmp_path / "exports"
-    assert exports_in_a_new_process(folder) == 1
+    monkeypatch.setenv(exported.CACHE_VARIABLE, str(folder))
+    exports, export = [], torch_private.export
+    monkeypatch.setattr(torch_private, "export", lambda *a, **k: exports.append(1) or export(*a, **k))
+    trace = exported.exporter(lambda: (torch.randn(2, 3, 6, 6),))
+    with exported.kept_on_disk():
+        trace(kept_model())
     entries = list(folder.iterdir())
-    assert len(entries) == 1 and entries[0].suffix == ".pt2"  # no temporary file left behind
+    assert exports == [1] and len(entries) == 1 and entries[0].suffix == ".pt2"  # no temporary file left behind
     whole = entries[0].read_bytes()
-    assert exports_in_a_new_process(folder) == 0
+    # A new process (nothing of this one's in memory) loads it: no export.
+    done = subprocess.run([sys.executable, "-c", SECOND_PROCESS], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["exports", "0"]
     entries[0].write_bytes(whole[: len(whole) // 2])  # cut short (a full disk, a crash of an older writer)
-    assert exports_in_a_new_process(folder) == 1
+    monkeypatch.setattr(exported, "_SAVED", {})  # as in a new process
+    with exported.kept_on_disk():
+        program = trace(kept_model())
+    assert exports == [1, 1]
     assert list(folder.iterdir()) == entries and entries[0].read_bytes() != whole[: len(whole) // 2]
     torch_private.load_program(entries[0].read_bytes())  # whole again
+    x = torch.randn(2, 3, 6, 6)
+    assert torch.allclose(program.module()(x), kept_model()(x), atol=1e-6)
 
 
 def test_the_cache_folder_is_kept_only_where_allowed_and_can_be_moved_or_turned_off(tmp_path, monkeypatch):
