@@ -112,8 +112,10 @@ def test_every_documented_command_exists_with_its_flags_and_katas():
     programs = {tuple(program(words)[0]) for _, _, words in commands}
     arena = sorted(p for p in programs if p[1:2] == (str(REPO_ROOT / "graders/arena.py"),))
     with ThreadPoolExecutor(4) as pool:  # each --help is a process start: side by side
-        list(pool.map(lambda job: job(), [lambda: help_texts_of_one_script(arena)] + [
-            lambda p=p: help_text(p) for p in programs if p not in arena]))
+        jobs = [pool.submit(help_texts_of_one_script, arena)]
+        jobs += [pool.submit(help_text, p) for p in programs if p not in arena]
+        for job in jobs:
+            job.result()
     problems = []
     for page, command, words in commands:
         line, arguments = program(words)

@@ -31,6 +31,13 @@ def targets(program) -> list[str]:
     return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
 
 
+def counted_exports(monkeypatch) -> list:
+    """A list that gets an entry for each export from now on (torch_private.export, still exporting)."""
+    exports, export = [], torch_private.export
+    monkeypatch.setattr(torch_private, "export", lambda *a, **k: exports.append(1) or export(*a, **k))
+    return exports
+
+
 def test_two_wirings_of_the_same_modules_are_two_programs():
     # Same modules, same repr, same shapes: only forward differs. Keyed by repr alone, the second model got
     # the first one's program (no relu) with its own weights.
@@ -58,9 +65,7 @@ def test_a_model_of_a_known_structure_is_loaded_not_exported(monkeypatch):
 def test_a_model_symbolic_trace_cannot_trace_is_exported_every_time(monkeypatch):
     model = conv_bn(lambda m, x: m.bn(m.conv(x)) if x.shape[-1] > 1 else x)  # fx cannot branch on a Proxy
     assert exported.structure(model, X) is None
-    exports = []
-    real = torch_private.export
-    monkeypatch.setattr(torch_private, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    exports = counted_exports(monkeypatch)
     trace = exported.exporter(lambda: X)
     trace(model), trace(model)
     assert len(exports) == 2 and exported._SAVED == {}
@@ -224,8 +229,7 @@ print("exports", len(exports))
 def test_a_later_process_loads_a_kept_program_and_a_damaged_one_is_exported_again(tmp_path, monkeypatch):
     folder = tmp_path / "exports"
     monkeypatch.setenv(exported.CACHE_VARIABLE, str(folder))
-    exports, export = [], torch_private.export
-    monkeypatch.setattr(torch_private, "export", lambda *a, **k: exports.append(1) or export(*a, **k))
+    exports = counted_exports(monkeypatch)
     trace = exported.exporter(lambda: (torch.randn(2, 3, 6, 6),))
     with exported.kept_on_disk():
         trace(kept_model())

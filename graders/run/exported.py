@@ -1,11 +1,11 @@
-"""Chapter 2's graded objects: torch.export programs, made once per model structure and copied from bytes, and
-the run path's checks of a program a pass returned.
+"""Chapter 2's graded objects: torch.export programs, made once per model structure and loaded from its bytes
+for later models of it, and the run path's checks of a program a pass returned.
 
 - `exporter(...)` makes a `Case.trace` that exports a model (graders/isolation/torch_private.py, `export`):
   the first model of a structure (`structure`: its wiring as symbolic_trace's code, its modules' configuration
   and modes, the shapes of its state and of the example inputs, the dynamic shapes) is exported and saved as
   bytes; every later model of that structure is a copy loaded from the bytes with the new model's parameters,
-  buffers and BatchNorm eps put in (an export costs a second or more; a copy, a tenth of that); a model
+  buffers and BatchNorm eps put in (an export costs 0.1-0.6 s of CPU; a load, about a third of that); a model
   symbolic_trace cannot trace is exported every time. In a grading whose solution code runs in this process,
   the bytes are also kept in a folder (`cache_folder`, $FX_KATAS_EXPORT_CACHE) for later processes: a warm
   grading of kata 11 exports only its hidden models. `copy_program` copies a program in memory (copy.deepcopy,
@@ -96,11 +96,10 @@ def exporter(example: Callable[[], tuple], dynamic_shapes: Any = None) -> Callab
                 _SAVED[key] = data
                 return program
         program = torch_private.export(model, args, dynamic_shapes)
-        data = torch_private.save_program(program)
-        if key is not None:
-            _SAVED[key] = data
-        if entry is not None:
-            _write(entry, data)
+        if key is not None:  # bytes only for a structure a later model can share
+            _SAVED[key] = data = torch_private.save_program(program)
+            if entry is not None:
+                _write(entry, data)
         return program
 
     return trace
@@ -219,9 +218,8 @@ def _write(entry: Path, data: bytes) -> None:
 
 
 def _refill(program: ExportedProgram, state: dict[str, torch.Tensor]) -> bool:
-    """Put copies of `state`'s tensors (a model's parameters and buffers, or a program's state dict) into a
-    program loaded from bytes of its structure; False where the two do not line up (the caller exports or
-    saves afresh)."""
+    """Put copies of `state`'s tensors (a model's parameters and buffers) into a program loaded from bytes of
+    its structure; False where the two do not line up (the caller exports afresh)."""
     if set(program.state_dict) - set(state) or program.constants:
         return False
     for name, old in program.state_dict.items():
