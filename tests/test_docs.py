@@ -12,7 +12,6 @@ import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -61,13 +60,18 @@ def program(words: list[str]) -> tuple[list[str], list[str]]:
     return [sys.executable, str(script), *subcommands], words[1 + len(subcommands):]
 
 
-@cache
+HELPS: dict[tuple[str, ...], str] = {}  # each command's --help text, once per test run
+
+
 def help_text(command: tuple[str, ...]) -> str:
+    """`command --help`'s text, from HELPS where a process already printed it (`help_texts_of_one_script`)."""
     if not command:
         return ""
-    done = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
-    assert done.returncode == 0, f"{' '.join(command)} --help failed: {done.stderr[-1000:]}"
-    return done.stdout
+    if command not in HELPS:
+        done = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        assert done.returncode == 0, f"{' '.join(command)} --help failed: {done.stderr[-1000:]}"
+        HELPS[command] = done.stdout
+    return HELPS[command]
 
 
 # The script run as `python SCRIPT ARGS --help` would run it (runpy, as __main__), once for each of its command
@@ -98,8 +102,6 @@ def help_texts_of_one_script(commands: list[tuple[str, ...]]) -> None:
         HELPS[command] = text
 
 
-HELPS: dict[tuple[str, ...], str] = {}
-
 
 def test_the_docs_show_commands():
     pages = {page for page, _ in COMMANDS}
@@ -119,7 +121,7 @@ def test_every_documented_command_exists_with_its_flags_and_katas():
     problems = []
     for page, command, words in commands:
         line, arguments = program(words)
-        helped = HELPS.get(tuple(line)) or help_text(tuple(line))
+        helped = help_text(tuple(line))
         for argument in arguments:
             flag = argument.split("=")[0]
             if flag.startswith("--") and not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", helped):

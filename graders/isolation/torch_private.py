@@ -97,15 +97,22 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> torch.ex
     signature, state, ranges and every node's meta['val'], nn_module_stack and stack trace; only the retrace's
     provenance notes (meta['from_node'], meta['torch_fn']) are absent (tests/test_exported.py compares them on
     kata 11's kinds of model). A program with any other op is made the documented way."""
-    from torch.export._trace import _export
-
-    try:
-        program = _export(model, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
-    except Exception:  # noqa: BLE001 - whatever the one trace refuses, the documented route says in its words
-        program = None
+    program = aten_mode_export(model, args, dynamic_shapes)
     if program is not None and not any(node.target in _core_table() for node in program.graph.nodes):
         return program
     return documented_export(model, args, dynamic_shapes)
+
+
+def aten_mode_export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> torch.export.ExportedProgram | None:
+    """`model` traced once, by torch.export's ATen mode (`_export(pre_dispatch=False)`): composite ops arrive
+    decomposed, ops of the core decomposition table (hardswish, say) stay as they are. None where that trace
+    refuses the model (the documented route then says why, in its own words)."""
+    from torch.export._trace import _export
+
+    try:
+        return _export(model, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
+    except Exception:  # noqa: BLE001 - whatever the one trace refuses, the documented route says in its words
+        return None
 
 
 def documented_export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> torch.export.ExportedProgram:
