@@ -136,3 +136,29 @@ def test_the_times_a_speed_sentence_shows_are_the_ones_its_ratio_came_from():
     assert "the median round's baseline 1.00 ms, candidate 0.50 ms" in str(reading)
     even = speedup_of([1.0, 1.3, 1.1, 1.2], [1.0, 1.0, 1.0, 1.0])
     assert even.median == 1.1 and even.baseline_ms == 1100.0
+
+
+def test_a_device_without_a_time_threshold_grades_the_byte_count_alone(monkeypatch):
+    """Kata 13 had no CUDA threshold: on an H200 its speed level read "the check could not finish: KeyError:
+    'cuda'" for every pass. A device missing from the thresholds is graded on the exact count where the kata has
+    one (untimed, as kata 08's traffic count on CUDA), and says it cannot be graded where it has none."""
+    import torch
+
+    from graders.frame.levels import CheckFailed
+    from graders.run.timing import assert_speedup
+
+    monkeypatch.setattr(timing, "measure_speedup", lambda *a, **k: pytest.fail("timed without a threshold"))
+    ctx = SimpleNamespace(device=torch.device("cuda"), threads=1)
+    original = lambda x: ((x + 1) * 2).relu()  # noqa: E731 - three fresh tensors per call
+    one_write = lambda x: torch.relu_(torch.add(x, 1).mul_(2))  # noqa: E731 - one
+    inputs = lambda: (torch.randn(64),)  # noqa: E731
+    figures = assert_speedup(ctx, original, one_write, inputs, {"cpu": 1.1}, what="the pass", hint="-",
+                             max_bytes_fraction=0.5)
+    assert figures["timed"] is False and figures["device"] == "cuda"
+    assert figures["bytes_written_after"] * 3 == figures["bytes_written_before"]
+    with pytest.raises(CheckFailed, match="writes 768 bytes of fresh tensors per call"):  # a no-op
+        assert_speedup(ctx, original, original, inputs, {"cpu": 1.1}, what="the pass", hint="-",
+                       max_bytes_fraction=0.5)
+    with pytest.raises(CheckFailed, match="no speed threshold for cuda and no byte count: its speed level cannot "
+                                          "be graded on this device"):
+        assert_speedup(ctx, original, one_write, inputs, {"cpu": 1.1}, what="the pass", hint="-")

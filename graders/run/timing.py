@@ -200,8 +200,15 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
 
     `ideal`: the speedup the kata's own exact count allows (kata 08: its memory-traffic ratio), for the
     implausibility ceiling; by default `fresh_bytes_ratio`.
+
+    A device the thresholds do not name (the kata.toml says why) is graded on the byte count alone, untimed
+    (`"timed": False`); a kata with neither says in one sentence that its speed level cannot be graded there.
     """
-    threshold = thresholds[ctx.device.type]
+    threshold = thresholds.get(ctx.device.type)
+    if threshold is None and max_bytes_fraction is None:
+        raise CheckFailed(f"this kata's manifest (kata.toml, [speed] threshold) has no speed threshold for "
+                          f"{ctx.device.type} and no byte count: its speed level cannot be graded on this device.",
+                          {"device": ctx.device.type})
     inputs = make_inputs()
     costs = cost_figures(count_cost(baseline, inputs), count_cost(candidate, inputs))
     if max_bytes_fraction is not None:
@@ -214,6 +221,9 @@ def assert_speedup(ctx, baseline: Callable, candidate: Callable, make_inputs: Ca
                 f"({_megabytes(max_bytes_fraction * before)}), counted exactly, not timed. Hint: {hint}",
                 {**costs, "device": ctx.device.type},
             )
+    if threshold is None:  # no time threshold on this device (its kata.toml says why): the count alone
+        assert_same_outputs(baseline, candidate, [make_inputs()], what=what)
+        return {"device": ctx.device.type, "timed": False, **costs}
     allowed = costs["fresh_bytes_ratio"] if ideal is None else ideal
     ceiling = min(max(IMPLAUSIBLE_OVER_THRESHOLD * threshold, IMPLAUSIBLE_OVER_FRESH_BYTES * allowed),
                   IMPLAUSIBLE_ALWAYS * threshold)
