@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from graders.frame.catalogue import REPO_ROOT
+from graders.frame.levels import CheckFailed
 from graders.isolation import torch_private
 from graders.run import exported
 from graders.run.models import Program
@@ -280,3 +281,85 @@ def test_the_folder_keeps_the_most_recently_used_entries(tmp_path, monkeypatch):
     assert exported._read(first) == b"bytes"  # used: second is now the least recently used
     exported._write(third, b"bytes")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.pt2", "third.pt2"]
+
+
+def channels_last_fold(rederive: bool = True):
+    """Kata 11's channels_last case (weights in channels_last, a contiguous input) exported on the CPU, and the
+    reference's fold of a program: (program, fold). `rederive=False`: a fold that keeps each convolution's
+    meta['val'] as it was (the reference before it derived meta['val'] again, `rederive_meta`)."""
+    import importlib.util
+
+    from graders.katas.kata_11_export_conv_bn import models
+
+    spec = importlib.util.spec_from_file_location("reference_11", REPO_ROOT / "reference" / "11_export_conv_bn" /
+                                                  "solution.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    if not rederive:
+        reference.rederive_meta = lambda *args: None
+    case = models.EXACT_CASES["channels_last"]
+    return case.trace(case.build().eval()), reference.fuse_conv_bn
+
+
+def recorded_contiguous(program) -> None:
+    """Every 4-d value a node computes recorded as contiguous, as torch.export (torch 2.11, an NVIDIA H200,
+    2026-11-27) recorded this model's convolutions on CUDA where the fake kernel and cuDNN give channels_last:
+    the convolutions then record other strides than their kernel computes, the ops after them do not."""
+    mode = exported._own_mode(program)
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            with mode:
+                node.meta["val"] = torch.utils._pytree.tree_map(
+                    lambda t: t.contiguous() if isinstance(t, torch.Tensor) and t.dim() == 4 else t,
+                    node.meta["val"])
+
+
+def test_strides_are_not_held_to_an_op_whose_strides_torchs_own_program_records_otherwise():
+    # On CUDA the reference failed kata 11's channels_last case: it kept the convolution's meta['val'] as
+    # torch.export wrote it (contiguous), and its folded weight keeps the weight's channels_last, for which the
+    # kernel computes channels_last. torch's own program fails the same comparison there.
+    program, keeps = channels_last_fold(rederive=False)
+    assert exported.assert_fake_propagation(keeps(program), program, "fuse_conv_bn") == []
+    recorded_contiguous(program)
+    assert exported.unfaithful_strides(program) == {torch.ops.aten.convolution.default}
+    assert exported.assert_fake_propagation(keeps(program), program, "fuse_conv_bn") == ["aten.convolution.default"]
+    # The reference derives a rewired convolution's meta['val'] again, and its users': the kernel's own strides.
+    program, fold = channels_last_fold()
+    recorded_contiguous(program)
+    folded = fold(program)
+    assert exported.assert_fake_propagation(folded, program, "fuse_conv_bn") == []
+    assert {n.meta["val"].stride() for n in folded.graph.nodes if n.op == "call_function"} == {(648, 1, 72, 8)}
+
+
+def test_strides_a_pass_wrote_are_held_to_the_kernel_where_torchs_own_program_is():
+    # The same stale strides, written by a pass into a program torch recorded faithfully: no excuse.
+    program, fold = channels_last_fold(rederive=False)
+    folded = fold(program)
+    recorded_contiguous(folded)
+    with pytest.raises(CheckFailed, match=r"node convolution's meta\['val'\] is \(2, 8, 9, 9\) torch.float32 strides "
+                                          r"\(648, 81, 9, 1\), but its op run on its arguments' meta\['val'\] gives "
+                                          r"\(2, 8, 9, 9\) torch.float32 strides \(648, 1, 72, 8\)"):
+        exported.assert_fake_propagation(folded, program, "fuse_conv_bn")
+
+
+def test_a_node_whose_arguments_do_not_fit_its_op_is_named():
+    program, fold = channels_last_fold()
+    folded = fold(program)
+    relu = next(n for n in folded.graph.nodes if n.target is torch.ops.aten.relu.default)
+    relu.args = (relu.args[0], relu.args[0])
+    with pytest.raises(CheckFailed, match=r"node relu \(aten.relu.default\) raised \w+ when run on its arguments' "
+                                          r"meta\['val'\]"):
+        exported.assert_fake_propagation(folded, program, "fuse_conv_bn")
+
+
+def test_the_check_records_no_guard_in_the_programs_shape_env():
+    # On a loaded program (as every program the judge holds in a competition), running a convolution's fake
+    # kernel on a symbolic batch records s0 > 1 and s0 < 16: it picks a kernel by the batch's example value.
+    # The judge reads the program; it must not specialise it.
+    from graders.katas.kata_11_export_conv_bn import models
+
+    case = models.EXACT_CASES["dynamic_batch"]
+    program = exported.round_trip(case.trace(case.build().eval()))
+    before = torch_private.shape_guards([program])
+    assert exported.assert_fake_propagation(program, program, "fuse_conv_bn") == []
+    assert torch_private.shape_guards([program]) == before

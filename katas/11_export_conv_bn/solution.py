@@ -49,6 +49,8 @@ def fuse_conv_bn(ep: ExportedProgram) -> ExportedProgram:
     #     input, each with its meta['val'], its InputSpec and an nn.Parameter in a new state dict;
     #   - point the convolution at them, the users of the BN's getitem at the convolution, and erase the getitem
     #     and the BN.
+    # TODO(human): derive meta['val'] again (in the fake mode, from the arguments' meta['val']) for each rewired
+    #   convolution and each node that reads a value whose meta['val'] changed: a new bias can change the layout.
     # TODO(human): erase the placeholders nothing reads any more (with their specs and state), build the signature
     #   (input specs in placeholder order; output specs naming the output node's arguments) and return
     #   ExportedProgram(root=..., graph=..., graph_signature=..., state_dict=..., range_constraints=...,

@@ -2,6 +2,7 @@
 ExportedProgram, returning a new program and leaving the one given as it was."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 from dataclasses import replace
@@ -55,6 +56,31 @@ def _foldable(ep: ExportedProgram, specs: dict, bn: fx.Node):
     return conv, fold_weights(weight, bias, tensors[2], tensors[3], bn.args[6], tensors[0], tensors[1])
 
 
+def rederive_meta(graph: fx.Graph, rewired: set, fake_mode) -> None:
+    """meta['val'] is what a node's op computes on its arguments' meta['val']: compute it again for each rewired
+    node, and for each node that reads a value whose meta['val'] changed. A bias where there was none can change
+    the layout torch's fake convolution gives (on CUDA, for a channels_last input and weight: contiguous without
+    one, channels_last with one), and its users' layouts follow."""
+    changed = set()
+    shape_env = fake_mode.shape_env
+    for node in graph.nodes:
+        if node.op != "call_function" or not (node in rewired or changed.intersection(node.all_input_nodes)):
+            continue
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
+        # A fake kernel may read a size symbol's hint and record a guard (the convolution's picks its kernel by
+        # the batch: s0 > 1); a pass must add none, so guards are suppressed while it runs.
+        with fake_mode, (shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext()):
+            value = node.target(*args, **kwargs)
+        if _layout(value) != _layout(node.meta["val"]):
+            node.meta["val"] = value  # the copy's own meta dict: the given graph keeps its value
+            changed.add(node)
+
+
+def _layout(value):
+    return torch.utils._pytree.tree_map(
+        lambda t: (tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t, value)
+
+
 def _output_node(graph: fx.Graph) -> fx.Node:
     return next(n for n in reversed(graph.nodes) if n.op == "output")
 
@@ -84,6 +110,7 @@ def fuse_conv_bn(ep: ExportedProgram) -> ExportedProgram:
         specs[node] = InputSpec(InputKind.PARAMETER, TensorArgument(node.name), target)
         return node
 
+    rewired = set()
     for bn in list(graph.nodes):
         if bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
             continue
@@ -95,11 +122,13 @@ def fuse_conv_bn(ep: ExportedProgram) -> ExportedProgram:
         name = specs[conv.args[1]].target
         conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
                      parameter(f"{name.rpartition('.')[0] or name}.bias_folded", bias), *conv.args[3:])
+        rewired.add(conv)
         for getitem in list(bn.users):
             getitem.replace_all_uses_with(conv)  # a model output included: the output specs follow below
             graph.erase_node(getitem)
         graph.erase_node(bn)
 
+    rederive_meta(graph, rewired, fake_mode)
     # The folded BNs' state, and a weight no convolution reads any more, is dead: drop its placeholders.
     for node in placeholders:
         if not node.users and node not in unread and specs[node].kind in STATE:

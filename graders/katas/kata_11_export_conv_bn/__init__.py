@@ -3,6 +3,9 @@ mutants.py. The run path hands the pass a program and builds the module of the o
 (graders/run/harness.py, `_apply_to_program`; guards compared there); the verdict here checks the program itself."""
 from __future__ import annotations
 
+import torch
+from torch.utils._pytree import tree_leaves
+
 from graders.run import CheckFailed, ExportedProgram, Kata, Pass, Run, assert_same_outputs, exported
 
 from .models import BENCHMARK, EXACT_CASES, SINGLE_PAIR, TWO_PAIRS, hidden_case
@@ -22,8 +25,11 @@ SOUND_HINT = ("build the result with ExportedProgram(...) from a copy of the gra
 UNCHANGED_HINT = ("copy the graph (copy.deepcopy(ep.graph)) and the state dict (a new dict; never write into its "
                   "tensors), and build the new program from the copies.")
 FAKE_HINT = ("make a new placeholder's meta['val'] with the graph's own fake mode "
-             "(fake_mode.from_tensor(tensor, static_shapes=True), the mode of any node's meta['val']); a rewired "
-             "node computes what its meta['val'] says only if its new arguments have the layout and dtype of the old.")
+             "(fake_mode.from_tensor(tensor, static_shapes=True), the mode of any node's meta['val']), and derive a "
+             "rewired node's meta['val'] again from its new arguments' (in that mode, the ShapeEnv's guards "
+             "suppressed), and its users' where theirs changes.")
+LAYOUT_HINT = ("keep the folded weight in the layout of the weight it replaces (weight.to(dtype) keeps it; "
+               ".contiguous() does not): a convolution's output layout follows its weight's.")
 
 
 def _nodes(program: ExportedProgram, targets) -> list[str]:
@@ -79,6 +85,21 @@ def assert_signature(run: Run) -> None:
                  "BUFFER_MUTATION, which must stay.", "leave a BN in training mode, and its outputs, as they were.")
 
 
+def assert_output_layout(run: Run) -> None:
+    """The folded program returns each output in the layout the given one does (strides of real outputs, on one
+    input): Inductor keeps a compiled graph's output strides as eager's too (torch._inductor.config.
+    keep_output_stride), since a caller may depend on them."""
+    inputs = run.make_inputs(run.case.batch_sizes[0])
+    with torch.no_grad():
+        before, after = tree_leaves(run.before(*inputs)), tree_leaves(run.gm(*inputs))
+    for i, (was, now) in enumerate(zip(before, after)):
+        if isinstance(was, torch.Tensor) and isinstance(now, torch.Tensor) and was.stride() != now.stride():
+            run.fail(f"the program {FUNCTION} returned gives its output {i} with strides {tuple(now.stride())}; the "
+                     f"program it was given returns it with strides {tuple(was.stride())} (shape "
+                     f"{tuple(was.shape)}): a fold changes what a convolution computes, not the layout of what the "
+                     "program returns.", LAYOUT_HINT)
+
+
 def assert_round_trip(run: Run) -> None:
     """torch.export.save then torch.export.load gives a program that computes the same, on the cases that ask
     (`extra["round_trip"]`: a load costs a second, it propagates fake tensors through the whole graph again).
@@ -101,7 +122,7 @@ def folded(run: Run) -> dict:
     try:
         exported.assert_program_sound(program, FUNCTION, SOUND_HINT)
         exported.assert_program_unchanged(run.traced, before, FUNCTION, UNCHANGED_HINT)
-        exported.assert_fake_propagation(program, FUNCTION, FAKE_HINT)
+        unchecked = exported.assert_fake_propagation(program, before, FUNCTION, FAKE_HINT)
     except CheckFailed as failure:
         raise CheckFailed(str(failure) + run.graphs()) from None
     assert_signature(run)
@@ -116,8 +137,12 @@ def folded(run: Run) -> dict:
     if len(convs) != len(_nodes(before, {CONVOLUTION})):
         run.fail(f"after {FUNCTION}, the program holds {len(convs)} convolution node(s); the program it was given held "
                  f"{len(_nodes(before, {CONVOLUTION}))}.", "folding keeps every convolution; it only removes BatchNorms.")
+    assert_output_layout(run)
     assert_round_trip(run)
-    return {"batchnorms_before": len(_nodes(before, BATCH_NORMS)), "batchnorms_after": len(bns)}
+    figures = {"batchnorms_before": len(_nodes(before, BATCH_NORMS)), "batchnorms_after": len(bns)}
+    if unchecked:  # torch's own program records these ops' strides otherwise than their kernels compute them
+        figures["strides_unchecked"] = unchecked
+    return figures
 
 
 FOLD = Pass(FUNCTION, returns=ExportedProgram, verdict=folded, what="the folded program's module")

@@ -72,8 +72,8 @@ MUTANTS = [
            "        conv.args = (conv.args[0], conv.args[1],\n"
            "                     parameter(f\"{name.rpartition('.')[0] or name}.bias_folded\", bias), *conv.args[3:])\n",
            caught_at=2),
-    # A contiguous folded weight: the outputs agree, but a channels_last convolution now computes another layout
-    # than its meta['val'] records.
+    # A contiguous folded weight: the values agree, but a channels_last model now returns its output in another
+    # layout than the given program does (and than its meta['val'] records, unless the pass derives it again).
     Mutant("contiguous_folded_weight", "    return weight.to(dtype), bias.to(dtype)",
            "    return weight.to(dtype).contiguous(), bias.to(dtype)", caught_at=2),
     Mutant("meta_val_in_float32", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
