@@ -1,8 +1,10 @@
 """Kata 11's bad inputs each get one sentence naming what is wrong, not a traceback: a pass that returns a
 GraphModule where a program is expected, a program that does not validate, a node without meta['val'], a
 guard the pass added (a symbolic batch read as an int: the same sentence for a program exported afresh or loaded
-from an earlier export's bytes, in process or isolated). Each solution is the reference with an ending of its own."""
+from an earlier export's bytes, in process or isolated), an output returned in another layout. Each solution is
+the reference with an ending of its own."""
 import re
+import sys
 
 import pytest
 
@@ -74,3 +76,15 @@ def test_a_guard_the_pass_added(tmp_path, monkeypatch, isolate):
                          r"given: reading a size symbol's value", message), (program, message)
         assert "Hint: a rewrite keeps the program's shapes general" in message, message
     assert len(exports) == 1, "the second program was exported afresh, not loaded from the first one's bytes"
+
+
+def test_an_output_in_another_layout_than_the_given_programs(tmp_path, monkeypatch):
+    # A contiguous folded weight for a channels_last model: the values agree, the returned layout does not.
+    contiguous = REFERENCE.replace("return weight.to(dtype), bias.to(dtype)",
+                                   "return weight.to(dtype).contiguous(), bias.to(dtype)")
+    assert contiguous != REFERENCE
+    monkeypatch.setattr(sys.modules[__name__], "REFERENCE", contiguous)
+    message = verdict(tmp_path, "    return new", check="channels_last", level=2)
+    assert ("gives its output 0 with strides (648, 81, 9, 1); the program it was given returns it with strides "
+            "(648, 1, 72, 8)") in message, message
+    assert "Hint: keep the folded weight in the layout of the weight it replaces" in message, message
