@@ -353,3 +353,22 @@ def test_a_fleet_job_grades_on_cuda_in_processes_forked_warm():
     result = grade_job(make_job("ada", "04_dce", files, "correctness", 3, speed=False, device="cuda"))
     records = [CheckResult.from_dict(r) for r in result.get("records", [])]
     assert records and all(r.passed for r in records), result.get("failed") or [r.message for r in records if not r.passed]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: chapter 2's fake kernels and records on CUDA")
+@pytest.mark.parametrize("kata", ["11_export_conv_bn", "12_reinplace", "13_sdpa_pattern"])
+def test_chapter_2s_references_earn_every_correctness_point_on_cuda(kata):
+    """On an H200 on 2026-11-27 (torch 2.11, chapter 2's gate lifted there) kata 11's reference lost points on CUDA
+    alone: torch.export's conv strides and the fake convolution's layout with a bias (docs/grading.md, Proven on a
+    GPU). Kata 13 was never graded on a GPU with the torch it needs (2.15): this is the first thing to run there."""
+    from graders.isolation import torch_private
+
+    if problem := torch_private.chapter_2_problem():
+        pytest.skip(problem)
+    session = GradingSession(REPO_ROOT / "reference", device="cuda", seed=3, speed=False)
+    try:
+        failed = [f"{check.name}: {result.message.splitlines()[0]}" for check in load_grader(kata).checks
+                  if not (result := session.run(check)).passed and not result.skipped]
+    finally:
+        session.close()
+    assert not failed, failed
