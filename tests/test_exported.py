@@ -287,14 +287,11 @@ def channels_last_fold(rederive: bool = True):
     """Kata 11's channels_last case (weights in channels_last, a contiguous input) exported on the CPU, and the
     reference's fold of a program: (program, fold). `rederive=False`: a fold that keeps each convolution's
     meta['val'] as it was (the reference before it derived meta['val'] again, `rederive_meta`)."""
-    import importlib.util
-
+    from graders.frame.solution import load_solution
     from graders.katas.kata_11_export_conv_bn import models
 
-    spec = importlib.util.spec_from_file_location("reference_11", REPO_ROOT / "reference" / "11_export_conv_bn" /
-                                                  "solution.py")
-    reference = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reference)
+    kata = "11_export_conv_bn"
+    reference = load_solution(REPO_ROOT / "reference" / kata / "solution.py", kata)  # a module of its own each call
     if not rederive:
         reference.rederive_meta = lambda *args: None
     case = models.EXACT_CASES["channels_last"]

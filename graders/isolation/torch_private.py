@@ -339,10 +339,8 @@ def guards_added(before: list[str], objects) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 # The fake tensors of a program's meta['val'] (kata 11)
 
-USED += [("torch._subclasses.fake_tensor", "FakeTensor", ())]
-
-
-USED += [("torch.fx.experimental.symbolic_shapes", "ShapeEnv.suppress_guards", ("self",))]
+USED += [("torch._subclasses.fake_tensor", "FakeTensor", ()),
+         ("torch.fx.experimental.symbolic_shapes", "ShapeEnv.suppress_guards", ("self",))]
 
 
 @contextlib.contextmanager

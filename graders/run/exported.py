@@ -16,8 +16,8 @@ for later models of it, and the run path's checks of a program a pass returned.
 - `assert_program_sound(...)` is a verdict's check that the program validates, keeps its signature's
   promises and carries `meta['val']` on every node; `assert_fake_propagation(...)`, that those are fake tensors
   of the graph's own fake mode and what each node's op computes on its arguments' (strides excepted for an op
-  whose strides torch's own program records otherwise than its kernels, `unfaithful_strides`); `assert_program_unchanged(...)`, that the program
-  a pass was given is as it was.
+  whose strides torch's own program records otherwise than its kernels, `unfaithful_strides`);
+  `assert_program_unchanged(...)`, that the program a pass was given is as it was.
 
 May import: graders.frame, graders.isolation (torch_private).
 """
@@ -359,14 +359,15 @@ def unfaithful_strides(program: ExportedProgram) -> set:
     channels_last weight as contiguous, where the fake kernel and cuDNN itself give channels_last: a pass that
     keeps such a node's meta['val'] as torch wrote it cannot also match the kernel."""
     mode, found = _own_mode(program), set()
-    for node in program.graph.nodes:
-        if mode is not None and _checkable(node):
-            try:
-                value = _recomputed(node, mode)
-            except Exception:  # noqa: BLE001 - torch's own program: not this check's business
-                continue
-            if _described(value) != _described(node.meta.get("val")):
-                found.add(node.target)
+    if mode is None:
+        return found
+    for node in filter(_checkable, program.graph.nodes):
+        try:
+            value = _recomputed(node, mode)
+        except Exception:  # noqa: BLE001 - torch's own program: not this check's business
+            continue
+        if _described(value) != _described(node.meta.get("val")):
+            found.add(node.target)
     return found
 
 
