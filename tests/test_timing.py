@@ -34,8 +34,13 @@ class FakeTimer:
     def __init__(self, stmt, globals, num_threads):
         self.side = globals["fn"]
 
-    def blocked_autorange(self, min_run_time):
-        return SimpleNamespace(times=[FakeTimer.readings[self.side].pop(0)])
+    calls = 1
+
+    def choose_calls(self, seconds):
+        pass
+
+    def block(self):  # a reading of a second or more: one block of each side fills a round
+        return FakeTimer.readings[self.side].pop(0)
 
 
 @pytest.mark.parametrize("candidate_times, accept, rounds", [
@@ -65,6 +70,45 @@ def scripted_measurement(monkeypatch, candidate_times, accept):
     FakeTimer.readings = {baseline: [3.0] * MAX_ROUNDS, candidate: list(candidate_times)}
     monkeypatch.setattr(timing, "_Timer", FakeTimer)
     return measure_speedup(baseline, candidate, (1.0,), accept=accept)
+
+
+class ClockedTimer:
+    """A Timer on a simulated clock: each call of a side costs that side's time, doubled while the clock is inside
+    the machine's one slow stretch (another guest on the host, a reclaim): the first SLOW seconds."""
+    SLOW = 0.3
+    clock = 0.0
+    cost: dict = {}
+
+    def __init__(self, stmt, globals, num_threads):
+        self.side = globals["fn"]
+
+    def choose_calls(self, seconds):
+        self.calls = max(1, round(seconds / ClockedTimer.cost[self.side]))
+
+    def block(self):
+        per_call = ClockedTimer.cost[self.side] * (2 if ClockedTimer.clock < ClockedTimer.SLOW else 1)
+        ClockedTimer.clock += per_call * self.calls
+        return per_call
+
+
+def test_a_slow_stretch_of_the_machine_reaches_both_sides_of_a_round(monkeypatch):
+    """Within a round the sides alternate block by block: a slow stretch longer than one side's share of the
+    round (0.2 s) slows both sides' blocks alike, and each side's fastest block comes from after it. Timed one
+    side after the other, the first round read the baseline entirely inside the stretch: 4x for a 2x pass."""
+    def baseline(x):
+        return x
+
+    def candidate(x):
+        return x
+
+    ClockedTimer.clock, ClockedTimer.cost = 0.0, {baseline: 2e-3, candidate: 1e-3}
+    monkeypatch.setattr(timing, "_Timer", ClockedTimer)
+    previous = timing.run_alone_with(None)  # no clock is read: nothing to run alone
+    try:
+        speed = measure_speedup(baseline, candidate, (1.0,))
+    finally:
+        timing.run_alone_with(previous)
+    assert (speed.low, speed.median, speed.high) == pytest.approx((2.0, 2.0, 2.0))
 
 
 def test_timed_stretches_run_inside_what_was_registered():

@@ -90,17 +90,36 @@ def clear_verdict(ratios: list[float], accept: tuple[float, float] | None) -> bo
     return inside or below or above
 
 
-class _Timer(benchmark.Timer):
-    """torch.utils.benchmark.Timer whose blocked_autorange estimates the block size (calls per block) once, in
-    the first round: estimating runs blocks of 1, 10, 100, ... calls, which every later round would pay again
-    (another call of a slow model, or a tenth more of a fast one's blocks)."""
+# Within a round the two sides are timed block by block, alternately, each block about 1/BLOCKS_PER_ROUND of the
+# round's time per side, and each side counts its fastest block. On a shared VM a slow stretch (another guest, a
+# reclaim) lasts tenths of a second: timing each side in one stretch of a round let it fall on one side only (a
+# reference read 0.97x-2.0x from round to round of one grading); alternating blocks spread it over both.
+BLOCKS_PER_ROUND = 10
 
-    _number: int | None = None
+
+class _Timer(benchmark.Timer):
+    """torch.utils.benchmark.Timer timing one block of `calls` calls at a time: `blocked_autorange` with no minimum
+    time times exactly one block, of the size `_estimate_block_size` gives, here `calls`, chosen once (choose_calls).
+    (`timeit` would run a warm-up of at least 2 calls before each block: three times a slow model's block.)"""
+
+    calls = 1
 
     def _estimate_block_size(self, min_run_time: float) -> int:
-        if self._number is None:
-            self._number = super()._estimate_block_size(min_run_time)
-        return self._number
+        return self.calls
+
+    def block(self) -> float:
+        """Seconds per call, over one block."""
+        return self.blocked_autorange(min_run_time=0).times[0]
+
+    def choose_calls(self, seconds: float) -> None:
+        """Blocks of about `seconds`: blocks of 1, 10, 100, ... calls until one takes a tenth of it, scaled up."""
+        self.calls = 1
+        while True:
+            took = self.block() * self.calls
+            if took >= seconds / 10 or self.calls >= 10**6:
+                break
+            self.calls *= 10
+        self.calls = max(1, round(self.calls * seconds / max(took, 1e-9)))
 
 
 def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, threads: int = 1,
@@ -121,10 +140,17 @@ def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, t
     base_timer, cand_timer = timer(baseline), timer(candidate)
     with torch.no_grad(), alone():
         baseline(*inputs), candidate(*inputs)  # warm-up: allocator, lazy initialisation
+        for t in (base_timer, cand_timer):
+            t.choose_calls(min_run_time / BLOCKS_PER_ROUND)
         ratios, base_times, cand_times = [], [], []
         for round_index in range(rounds):
             order = (base_timer, cand_timer) if round_index % 2 == 0 else (cand_timer, base_timer)
-            times = {id(t): min(t.blocked_autorange(min_run_time=min_run_time).times) for t in order}
+            times, spent = {id(t): math.inf for t in order}, {id(t): 0.0 for t in order}
+            while min(spent.values()) < min_run_time:
+                for t in order:
+                    per_call = t.block()
+                    times[id(t)] = min(times[id(t)], per_call)
+                    spent[id(t)] += per_call * t.calls
             base_times.append(times[id(base_timer)])
             cand_times.append(times[id(cand_timer)])
             ratios.append(base_times[-1] / cand_times[-1])
