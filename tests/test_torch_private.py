@@ -28,6 +28,18 @@ def test_every_private_api_the_graders_call_is_there_with_its_parameters():
     assert set(torch_private._core_table()) == set(torch_private._core_decompositions())
 
 
+def test_the_block_timer_times_one_block_of_the_calls_it_chose():
+    """What the speed level relies on in torch.utils.benchmark (graders/run/timing.py): blocked_autorange with no
+    minimum time runs exactly one block, of the size the private _estimate_block_size gives."""
+    calls = []
+    timer = torch_private.BlockTimer("fn()", globals={"fn": lambda: calls.append(1)})
+    timer.calls = 7
+    measurement = timer.blocked_autorange(min_run_time=0)
+    assert (measurement.number_per_run, len(measurement.raw_times), len(calls)) == (7, 1, 7)
+    timer.choose_calls(0.01)
+    assert timer.calls > 7  # a call of a few microseconds: a block of 10 ms holds thousands
+
+
 def test_a_missing_or_changed_api_is_named_in_a_sentence(monkeypatch):
     monkeypatch.setattr(torch_private, "USED", [("torch._guards", "no_such_function", ()),
                                                 ("torch._guards", "detect_fake_mode", ("inputs", "renamed"))])

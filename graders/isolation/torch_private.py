@@ -1,6 +1,7 @@
 """Every private or experimental PyTorch API the graders call, in one place: chapter 2's katas (11-13) grade
 the ATen graphs of torch.export, make_fx/functionalization and Inductor's pattern matcher, whose APIs moved
-between releases. Graders, records and tests call these functions, never the torch internals behind them;
+between releases; the speed level times one block at a time through a private hook of torch.utils.benchmark's
+Timer (`BlockTimer`). Graders, records and tests call these functions, never the torch internals behind them;
 `USED` lists each internal callable with the parameters the graders pass, and tests/test_torch_private.py
 checks every one against the installed torch, so an upgrade fails there, loudly, and nowhere else.
 (Learners' solutions and the references import what their lesson teaches, torch._inductor.pattern_matcher
@@ -21,6 +22,7 @@ import re
 from typing import Any, Callable
 
 import torch
+import torch.utils.benchmark  # quiet: see graders/__init__.py
 
 CHAPTER_2 = (2, 15)  # the oldest torch (major, minor) chapter 2 was checked on; pyproject.toml requires it
 
@@ -358,3 +360,36 @@ def fake_mode_of(value) -> Any:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return value.fake_mode if isinstance(value, FakeTensor) else None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The speed level's timer (graders/run/timing.py): one block of calls at a time
+
+USED += [("torch.utils.benchmark", "Timer._estimate_block_size", ("self", "min_run_time")),
+         ("torch.utils.benchmark", "Timer.blocked_autorange", ("self", "min_run_time"))]
+
+
+class BlockTimer(torch.utils.benchmark.Timer):
+    """torch.utils.benchmark.Timer timing one block of `calls` calls at a time: `blocked_autorange` with no minimum
+    time times exactly one block, of the size its private `_estimate_block_size` gives, here `calls`, chosen once
+    (choose_calls). (`timeit` would run a warm-up of at least 2 calls before each block: three times a slow
+    model's block.)"""
+
+    calls = 1
+
+    def _estimate_block_size(self, min_run_time: float) -> int:
+        return self.calls
+
+    def block(self) -> float:
+        """Seconds per call, over one block."""
+        return self.blocked_autorange(min_run_time=0).times[0]
+
+    def choose_calls(self, seconds: float) -> None:
+        """Blocks of about `seconds`: blocks of 1, 10, 100, ... calls until one takes a tenth of it, scaled up."""
+        self.calls = 1
+        while True:
+            took = self.block() * self.calls
+            if took >= seconds / 10 or self.calls >= 10**6:
+                break
+            self.calls *= 10
+        self.calls = max(1, round(self.calls * seconds / max(took, 1e-9)))

@@ -1,6 +1,6 @@
 """Speed: interleaved, single-threaded ratios with torch.utils.benchmark, plus a deterministic cost count.
 
-May import: graders.frame, graders.run.numerics.
+May import: graders.frame, graders.run.numerics, graders.isolation.torch_private (the block timer).
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import torch
-from torch.utils import benchmark  # quiet: see graders/__init__.py
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graders.frame.levels import CheckFailed
+from graders.isolation.torch_private import BlockTimer
 from graders.run.numerics import assert_same_outputs
 
 
@@ -97,31 +97,6 @@ def clear_verdict(ratios: list[float], accept: tuple[float, float] | None) -> bo
 BLOCKS_PER_ROUND = 10
 
 
-class _Timer(benchmark.Timer):
-    """torch.utils.benchmark.Timer timing one block of `calls` calls at a time: `blocked_autorange` with no minimum
-    time times exactly one block, of the size `_estimate_block_size` gives, here `calls`, chosen once (choose_calls).
-    (`timeit` would run a warm-up of at least 2 calls before each block: three times a slow model's block.)"""
-
-    calls = 1
-
-    def _estimate_block_size(self, min_run_time: float) -> int:
-        return self.calls
-
-    def block(self) -> float:
-        """Seconds per call, over one block."""
-        return self.blocked_autorange(min_run_time=0).times[0]
-
-    def choose_calls(self, seconds: float) -> None:
-        """Blocks of about `seconds`: blocks of 1, 10, 100, ... calls until one takes a tenth of it, scaled up."""
-        self.calls = 1
-        while True:
-            took = self.block() * self.calls
-            if took >= seconds / 10 or self.calls >= 10**6:
-                break
-            self.calls *= 10
-        self.calls = max(1, round(self.calls * seconds / max(took, 1e-9)))
-
-
 def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, threads: int = 1,
                     rounds: int = MAX_ROUNDS, min_run_time: float = 0.2,
                     accept: tuple[float, float] | None = None) -> Speedup:
@@ -135,7 +110,7 @@ def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, t
     stops early once the verdict is clear (clear_verdict).
     """
     def timer(fn):
-        return _Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
+        return BlockTimer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
 
     base_timer, cand_timer = timer(baseline), timer(candidate)
     with torch.no_grad(), alone():
