@@ -49,7 +49,7 @@ FUSE = Pass("fuse_attention", returns=int, verdict=fused, what="the rewritten gr
 
 KATA.cases(1, L1_CASES, FUSE)
 KATA.cases(2, EXACT_CASES, FUSE)
-KATA.speed("attention_2x8x512x64_speedup", BENCHMARK, FUSE, what="the fused attention", verdict=True,
+KATA.speed("attention_1x8x512x64_speedup", BENCHMARK, FUSE, what="the fused attention", verdict=True,
            hint="one scaled_dot_product_attention never writes the 512 x 512 score matrices the hand-written form "
                 "writes five times.")
 KATA.hidden(hidden_case, FUSE)
