@@ -445,3 +445,30 @@ def test_a_team_s_scratch_is_capped_and_nothing_of_the_host_is_writable(tmp_path
     message = next(r.message for r in results if "MiB" in r.message)
     assert f"tmp {TMP_BYTES // 2**20} MiB" in message or f"tmp {TMP_BYTES // 2**20 - 1} MiB" in message, message
     assert "sockets folder written" not in message and not (sockets / "hoard").exists(), message
+
+
+LONG_LIVED = """
+import gc
+from graders.frame.lifetimes import long_lived
+with long_lived("imports"):
+    assert not gc.isenabled(), "the collector runs inside long_lived"
+    import torch._inductor.pattern_matcher  # Inductor, and with it Triton's nanobind bindings where installed
+frozen = gc.get_freeze_count()
+assert gc.isenabled() and frozen > 200_000, (gc.isenabled(), frozen)
+with long_lived("imports"):  # only a process's first block of a name freezes
+    assert gc.isenabled()
+    kept = [object() for _ in range(10)]
+assert gc.get_freeze_count() == frozen
+print("young objects after:", len(gc.get_objects()))
+"""
+
+
+def test_what_a_grading_imports_is_frozen_once_and_the_process_exits_quietly():
+    """long_lived (graders/frame/lifetimes.py): what a block imports is out of the collector's sight after it (a
+    full collection walks only what came later), only the first block of a name freezes, and the process exits
+    without Triton's bindings printing that their objects leaked (the frozen objects are handed back at exit)."""
+    done = subprocess.run([sys.executable, "-c", LONG_LIVED], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "young objects after:" in done.stdout
+    assert "leaked" not in done.stderr + done.stdout, (done.stderr + done.stdout)[-2000:]

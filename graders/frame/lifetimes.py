@@ -1,18 +1,23 @@
 """How long the processes grading starts may live, and how much memory they may take: each dies with the
 process that started it, a process that leads its own session is killed with everything it started, and
-each is capped in memory by the one rule of `cap_memory`.
+each is capped in memory by the one rule of `cap_memory`. And what lives as long as a process: `long_lived`
+keeps what a block loads out of the cyclic garbage collector's sight.
 
 Used by the grading processes (graders/batch/processes.py, graders/batch/zygote.py) and the worker
-processes and nurseries (graders/isolation/sandbox.py, graders/isolation/nursery.py).
+processes and nurseries (graders/isolation/sandbox.py, graders/isolation/nursery.py); `long_lived` by the
+loading of a solution (graders/frame/solution.py) and chapter 2's first traces (graders/run/).
 
 May import: the standard library only.
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import resource
 import signal
 import sys
+from contextlib import contextmanager
 
 
 def die_with_parent() -> None:
@@ -61,3 +66,43 @@ def cap_memory(limit_bytes: int, device: str = "cpu") -> None:
     writable mappings, that is the heap and every host tensor); shared mappings escape it there."""
     kind = resource.RLIMIT_DATA if device == "cuda" else resource.RLIMIT_AS
     resource.setrlimit(kind, (limit_bytes, limit_bytes))
+
+
+# The names of the long_lived blocks: a process's first solution loaded, and its first ATen trace (make_fx,
+# functionalize, torch.export: chapter 2's tracers, whichever comes first), which imports sympy and Dynamo.
+FIRST_SOLUTION, FIRST_TRACE = "the first solution loaded", "the first ATen trace"
+_long_lived: set[str] = set()  # the names of the long_lived blocks this process has run
+_unfreeze_at_exit: list[bool] = []  # [True] once gc.unfreeze is registered with atexit
+
+
+@contextmanager
+def long_lived(name: str):
+    """Run a block that loads what lives as long as the process out of the cyclic garbage collector's way: the
+    collector off while it runs, everything that exists after it frozen (gc.freeze), so that each full
+    collection after walks only what came later. Only the first block of each `name` in a process does so,
+    the later ones run as they are: a freeze also keeps whatever garbage is alive at that moment for good, so
+    it happens at most twice a process (FIRST_SOLUTION, FIRST_TRACE), not once a test in a long-lived one.
+
+    What it is for: imports made while grading. Kata 13's reference imports Inductor's pattern matcher, and
+    the judge's first trace imports sympy and Dynamo: the heap grows from 220,000 objects to 580,000, and
+    every full collection walked all of it again. In one process grading kata 13's reference (2026-11-28):
+    eight full collections took 1.3-1.4 s of 13-14 s of CPU before; after, two during the grading took
+    0.05-0.1 s. Where a forking process froze its heap already (the zygote, a nursery), its children start
+    frozen and this freezes only what came since. At exit the frozen objects are handed back (gc.unfreeze)
+    so that the interpreter's last collection finalises them, as it did before (0.4-0.6 s): left frozen,
+    Triton's bindings (imported with Inductor) print that their objects leaked."""
+    if name in _long_lived:
+        yield
+        return
+    _long_lived.add(name)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()
+        if not _unfreeze_at_exit:
+            _unfreeze_at_exit.append(True)
+            atexit.register(gc.unfreeze)

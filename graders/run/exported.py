@@ -39,6 +39,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from graders.frame.levels import CheckFailed
+from graders.frame.lifetimes import FIRST_TRACE, long_lived
 from graders.isolation import torch_private
 
 ExportedProgram = torch.export.ExportedProgram
@@ -96,7 +97,8 @@ def exporter(example: Callable[[], tuple], dynamic_shapes: Any = None) -> Callab
             if program is not None:
                 _SAVED[key] = data
                 return program
-        program = torch_private.export(model, args, dynamic_shapes)
+        with long_lived(FIRST_TRACE):  # a process's first imports Dynamo and sympy
+            program = torch_private.export(model, args, dynamic_shapes)
         if key is not None:  # bytes only for a structure a later model can share
             _SAVED[key] = data = torch_private.save_program(program)
             if entry is not None:

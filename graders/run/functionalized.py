@@ -28,6 +28,7 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_leaves
 
+from graders.frame.lifetimes import FIRST_TRACE, long_lived
 from graders.isolation import torch_private
 from graders.isolation.channel import travelling_fakes
 
@@ -40,8 +41,9 @@ def functionalizer(example: Callable[[], tuple], symbolic: bool = False) -> Call
 
     def trace(model: nn.Module) -> fx.GraphModule:
         args = example()
-        fakes, gm_inputs = travelling_fakes(list(args), [set(range(a.dim())) if symbolic else set() for a in args])
-        gm = torch_private.functionalized_graph(model, tuple(fakes), tracing_mode="symbolic")
+        with long_lived(FIRST_TRACE):  # a process's first imports sympy (the fakes' ShapeEnv) and Dynamo
+            fakes, gm_inputs = travelling_fakes(list(args), [set(range(a.dim())) if symbolic else set() for a in args])
+            gm = torch_private.functionalized_graph(model, tuple(fakes), tracing_mode="symbolic")
         gm.meta["fake_inputs"] = gm_inputs
         # make_fx keeps a symbolic trace's ShapeEnv on the module, which cannot be pickled to a worker: its fake
         # tensors hold it too (torch_private.shape_guards).
