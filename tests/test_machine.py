@@ -452,9 +452,13 @@ import gc
 from graders.frame.lifetimes import long_lived
 with long_lived("imports"):
     assert not gc.isenabled(), "the collector runs inside long_lived"
-    import torch._inductor.pattern_matcher  # Inductor, and with it Triton's nanobind bindings where installed
+    import torch
+    try:
+        import triton  # what Inductor brings: nanobind bindings, which print leaks of what is alive at exit
+    except ImportError:
+        pass
 frozen = gc.get_freeze_count()
-assert gc.isenabled() and frozen > 200_000, (gc.isenabled(), frozen)
+assert gc.isenabled() and frozen > 100_000, (gc.isenabled(), frozen)
 with long_lived("imports"):  # only a process's first block of a name freezes
     assert gc.isenabled()
     kept = [object() for _ in range(10)]
