@@ -68,7 +68,7 @@ def scripted_measurement(monkeypatch, candidate_times, accept):
         return x
 
     FakeTimer.readings = {baseline: [3.0] * MAX_ROUNDS, candidate: list(candidate_times)}
-    monkeypatch.setattr(timing, "BlockTimer", FakeTimer)
+    monkeypatch.setattr(timing, "block_timer", FakeTimer)
     return measure_speedup(baseline, candidate, (1.0,), accept=accept)
 
 
@@ -102,7 +102,7 @@ def test_a_slow_stretch_of_the_machine_reaches_both_sides_of_a_round(monkeypatch
         return x
 
     ClockedTimer.clock, ClockedTimer.cost = 0.0, {baseline: 2e-3, candidate: 1e-3}
-    monkeypatch.setattr(timing, "BlockTimer", ClockedTimer)
+    monkeypatch.setattr(timing, "block_timer", ClockedTimer)
     previous = timing.run_alone_with(None)  # no clock is read: nothing to run alone
     try:
         speed = measure_speedup(baseline, candidate, (1.0,))

@@ -32,7 +32,7 @@ def test_the_block_timer_times_one_block_of_the_calls_it_chose():
     """What the speed level relies on in torch.utils.benchmark (graders/run/timing.py): blocked_autorange with no
     minimum time runs exactly one block, of the size the private _estimate_block_size gives."""
     calls = []
-    timer = torch_private.BlockTimer("fn()", globals={"fn": lambda: calls.append(1)})
+    timer = torch_private.block_timer("fn()", globals={"fn": lambda: calls.append(1)})
     timer.calls = 7
     measurement = timer.blocked_autorange(min_run_time=0)
     assert (measurement.number_per_run, len(measurement.raw_times), len(calls)) == (7, 1, 7)

@@ -1,7 +1,7 @@
 """Every private or experimental PyTorch API the graders call, in one place: chapter 2's katas (11-13) grade
 the ATen graphs of torch.export, make_fx/functionalization and Inductor's pattern matcher, whose APIs moved
 between releases; the speed level times one block at a time through a private hook of torch.utils.benchmark's
-Timer (`BlockTimer`). Graders, records and tests call these functions, never the torch internals behind them;
+Timer (`block_timer`). Graders, records and tests call these functions, never the torch internals behind them;
 `USED` lists each internal callable with the parameters the graders pass, and tests/test_torch_private.py
 checks every one against the installed torch, so an upgrade fails there, loudly, and nowhere else.
 (Learners' solutions and the references import what their lesson teaches, torch._inductor.pattern_matcher
@@ -15,6 +15,7 @@ May import: the standard library and torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import inspect
@@ -22,7 +23,6 @@ import re
 from typing import Any, Callable
 
 import torch
-import torch.utils.benchmark  # quiet: see graders/__init__.py
 
 CHAPTER_2 = (2, 15)  # the oldest torch (major, minor) chapter 2 was checked on; pyproject.toml requires it
 
@@ -369,27 +369,39 @@ USED += [("torch.utils.benchmark", "Timer._estimate_block_size", ("self", "min_r
          ("torch.utils.benchmark", "Timer.blocked_autorange", ("self", "min_run_time"))]
 
 
-class BlockTimer(torch.utils.benchmark.Timer):
-    """torch.utils.benchmark.Timer timing one block of `calls` calls at a time: `blocked_autorange` with no minimum
-    time times exactly one block, of the size its private `_estimate_block_size` gives, here `calls`, chosen once
-    (choose_calls). (`timeit` would run a warm-up of at least 2 calls before each block: three times a slow
-    model's block.)"""
+def block_timer(stmt: str, globals: dict, num_threads: int = 1) -> Any:
+    """A torch.utils.benchmark.Timer of `stmt` that times one block of `calls` calls at a time: `block()` runs
+    `blocked_autorange` with no minimum time, which times exactly one block, of the size its private
+    `_estimate_block_size` gives, here `calls`, chosen once (`choose_calls`). (`timeit` would run a warm-up of at
+    least 2 calls before each block: three times a slow model's block.)"""
+    return _block_timer_class()(stmt, globals=globals, num_threads=num_threads)
 
-    calls = 1
 
-    def _estimate_block_size(self, min_run_time: float) -> int:
-        return self.calls
+@functools.cache
+def _block_timer_class() -> type:
+    # torch.utils.benchmark is imported here, at the first timing, not with this module: the records import this
+    # module in every worker, which never times, and the benchmark's import takes 0.1 s and, where a CUDA toolkit is
+    # installed, asks the CUDA runtime (graders/frame/lifetimes.py, fork_safe_cuda).
+    import torch.utils.benchmark  # quiet: see graders/__init__.py
 
-    def block(self) -> float:
-        """Seconds per call, over one block."""
-        return self.blocked_autorange(min_run_time=0).times[0]
+    class BlockTimer(torch.utils.benchmark.Timer):
+        calls = 1
 
-    def choose_calls(self, seconds: float) -> None:
-        """Blocks of about `seconds`: blocks of 1, 10, 100, ... calls until one takes a tenth of it, scaled up."""
-        self.calls = 1
-        while True:
-            took = self.block() * self.calls
-            if took >= seconds / 10 or self.calls >= 10**6:
-                break
-            self.calls *= 10
-        self.calls = max(1, round(self.calls * seconds / max(took, 1e-9)))
+        def _estimate_block_size(self, min_run_time: float) -> int:
+            return self.calls
+
+        def block(self) -> float:
+            """Seconds per call, over one block."""
+            return self.blocked_autorange(min_run_time=0).times[0]
+
+        def choose_calls(self, seconds: float) -> None:
+            """Blocks of about `seconds`: blocks of 1, 10, 100, ... calls until one takes a tenth of it, scaled up."""
+            self.calls = 1
+            while True:
+                took = self.block() * self.calls
+                if took >= seconds / 10 or self.calls >= 10**6:
+                    break
+                self.calls *= 10
+            self.calls = max(1, round(self.calls * seconds / max(took, 1e-9)))
+
+    return BlockTimer

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graders.frame.levels import CheckFailed
-from graders.isolation.torch_private import BlockTimer
+from graders.isolation.torch_private import block_timer
 from graders.run.numerics import assert_same_outputs
 
 
@@ -110,7 +110,7 @@ def measure_speedup(baseline: Callable, candidate: Callable, inputs: tuple, *, t
     stops early once the verdict is clear (clear_verdict).
     """
     def timer(fn):
-        return BlockTimer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
+        return block_timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
 
     base_timer, cand_timer = timer(baseline), timer(candidate)
     with torch.no_grad(), alone():
