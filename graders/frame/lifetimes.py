@@ -72,7 +72,6 @@ def cap_memory(limit_bytes: int, device: str = "cpu") -> None:
 # functionalize, torch.export: chapter 2's tracers, whichever comes first), which imports sympy and Dynamo.
 FIRST_SOLUTION, FIRST_TRACE = "the first solution loaded", "the first ATen trace"
 _long_lived: set[str] = set()  # the names of the long_lived blocks this process has run
-_unfreeze_at_exit: list[bool] = []  # [True] once gc.unfreeze is registered with atexit
 
 
 @contextmanager
@@ -94,6 +93,8 @@ def long_lived(name: str):
     if name in _long_lived:
         yield
         return
+    if not _long_lived:  # the process's first freeze
+        atexit.register(gc.unfreeze)
     _long_lived.add(name)
     enabled = gc.isenabled()
     gc.disable()
@@ -103,6 +104,3 @@ def long_lived(name: str):
         if enabled:
             gc.enable()
         gc.freeze()
-        if not _unfreeze_at_exit:
-            _unfreeze_at_exit.append(True)
-            atexit.register(gc.unfreeze)

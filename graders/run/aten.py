@@ -35,9 +35,10 @@ def aten_tracer(example: Callable[[], tuple], dynamic: tuple) -> Callable[[nn.Mo
         device = next(iter(model.parameters()), torch.empty(0)).device
         tensors = tuple(t.to(device) for t in tensors)
         dims = [set(dynamic[i]) if i < len(dynamic) else set() for i in range(len(tensors))]
-        # A process's first trace imports sympy (the fakes' ShapeEnv), Dynamo and Inductor's decompositions.
-        with long_lived(FIRST_TRACE), torch.no_grad():  # no_grad: an inference graph, as Inductor's (with grad,
-            fakes, described = travelling_fakes(list(tensors), dims)  # softmax's saved output adds an alias)
+        # A process's first trace imports sympy (the fakes' ShapeEnv), Dynamo and Inductor's decompositions. No grad:
+        # an inference graph, as Inductor's (with grad, softmax's saved output adds an alias).
+        with long_lived(FIRST_TRACE), torch.no_grad():
+            fakes, described = travelling_fakes(list(tensors), dims)
             gm = torch_private.aten_graph(model, tuple(fakes), decompositions=torch_private.inductor_decompositions(),
                                           tracing_mode="symbolic")
         gm.meta["fake_inputs"] = described
