@@ -1,0 +1,47 @@
+"""bench/suite_census.py, the tool the suite's CPU figures in docs/contributors.md come from: it finds every
+process of a command's tree, forked ones and grandchildren included, with the CPU each spent and the test each
+worked for."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from graders.frame.catalogue import REPO_ROOT
+
+# A parent that starts a child (which works for a named test and forks a grandchild) and burns CPU itself.
+TREE = textwrap.dedent("""
+    import os, subprocess, sys, time
+
+    def burn(seconds):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    if sys.argv[1:] == ["child"]:
+        pid = os.fork()
+        burn(0.8)
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    else:
+        env = {**os.environ, "PYTEST_CURRENT_TEST": "tests/test_made_up.py::test_starts_a_child (call)"}
+        subprocess.run([sys.executable, "-c", open(__file__).read(), "child"], env=env, check=True)
+        burn(0.4)
+""")
+
+
+def test_the_census_counts_every_process_of_the_tree_with_its_test(tmp_path):
+    script, report = tmp_path / "tree.py", tmp_path / "census.json"
+    script.write_text(TREE.replace("open(__file__).read()", repr(TREE)))
+    done = subprocess.run([sys.executable, "bench/suite_census.py", "--interval", "0.05", "--json", str(report), "--",
+                           str(script)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    records = json.loads(report.read_text())
+    assert len(records) == 3, records
+    root = next(r for r in records if r["owner"] == "(the command itself)")
+    child = next(r for r in records if r["kind"].startswith("python -c"))
+    grandchild = next(r for r in records if r["kind"].startswith("forked by python -c"))
+    assert root["kind"] == "the command itself: tree.py" and root["cpu"] >= 0.3
+    assert child["owner"] == grandchild["owner"] == "tests/test_made_up.py::test_starts_a_child"
+    assert child["cpu"] >= 0.6 and grandchild["cpu"] >= 0.6  # each burnt 0.8 s; the last reading may come early
+    assert "tests/test_made_up.py::test_starts_a_child" in done.stdout and "3 processes" in done.stdout
