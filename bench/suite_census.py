@@ -37,9 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from graders.frame.catalogue import REPO_ROOT
+
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 XDIST_WORKER = "exec(eval("  # execnet's bootstrap: how pytest-xdist starts a worker interpreter
+XDIST_KIND = "pytest-xdist worker (the tests that run in process)"
 FOLDER = "(a folder of) "
 # A process with no test in its environment or its ancestors': a sandbox's environment is made anew, and a test that
 # runs in process sets PYTEST_CURRENT_TEST after its worker started (/proc shows a process's first environment).
@@ -92,8 +94,8 @@ def busy_ticks() -> tuple[int, int]:
     return sum(fields[:8]) - idle, idle
 
 
-def sample(root: int, interval: float, process: subprocess.Popen) -> dict[str, dict]:
-    """Every descendant of `root` seen until `process` ends: {pid:start: {pid, ppid, command, test, cpu}}."""
+def sample(process: subprocess.Popen, interval: float) -> dict[str, dict]:
+    """`process` and every descendant of it seen until it ends: {pid:start: {pid, ppid, command, test, cpu}}."""
     seen: dict[str, dict] = {}
     while True:
         ended = process.poll() is not None
@@ -101,7 +103,7 @@ def sample(root: int, interval: float, process: subprocess.Popen) -> dict[str, d
         children = collections.defaultdict(list)
         for pid, (parent, _, _) in stats.items():
             children[parent].append(pid)
-        stack, tree = [root], {root} & stats.keys()
+        stack, tree = [process.pid], {process.pid} & stats.keys()
         while stack:
             for child in children.get(stack.pop(), ()):
                 if child not in tree:
@@ -126,7 +128,7 @@ def kind(record: dict, by_pid: dict[int, dict]) -> str:
     command = record["command"]
     parent = by_pid.get(record["ppid"])
     if XDIST_WORKER in command:
-        return "pytest-xdist worker (the tests that run in process)"
+        return XDIST_KIND
     if parent is not None and parent["command"] == command and command:
         return "forked by " + kind(parent, by_pid)
     words = command.split()
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     process = subprocess.Popen(command_line(command), cwd=REPO_ROOT)
     try:
-        seen = sample(process.pid, args.interval, process)
+        seen = sample(process, args.interval)
     except KeyboardInterrupt:
         process.terminate()
         process.wait()
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         record["owner"] = "(the command itself)" if itself else owner(record, by_pid)
         kinds[record["kind"]][0] += record["cpu"]
         kinds[record["kind"]][1] += 1
-        if not itself and not record["kind"].startswith("pytest-xdist worker"):
+        if not itself and record["kind"] != XDIST_KIND:
             tests[record["owner"]][0] += record["cpu"]
             tests[record["owner"]][1] += 1
     merge_folders(tests)
