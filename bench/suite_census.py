@@ -109,15 +109,23 @@ def sample(process: subprocess.Popen, interval: float) -> dict[str, dict]:
                 if child not in tree:
                     tree.add(child)
                     stack.append(child)
+        current, known = {}, set()  # this reading's records by pid; the pids read before this reading
         for pid in tree:
             parent, cpu, start = stats[pid]
             key = f"{pid}:{start}"
-            if key not in seen:
+            if key in seen:
+                known.add(pid)
+            else:
                 command, test = read_identity(pid)
-                seen[key] = {"pid": pid, "ppid": parent, "command": command, "test": test, "cpu": cpu}
-            elif not seen[key]["command"]:
-                seen[key]["command"] = read_identity(pid)[0]
+                seen[key] = {"pid": pid, "ppid": parent, "command": command, "test": test}
+            current[pid] = seen[key]
             seen[key]["cpu"] = cpu
+        for pid in known:  # read again while it may still exec: no command line yet, or its parent's (forked)
+            record, parent = current[pid], current.get(current[pid]["ppid"])
+            if not record["command"] or (parent is not None and record["command"] == parent["command"]):
+                command, test = read_identity(pid)
+                if command:  # not gone meanwhile
+                    record["command"], record["test"] = command, test
         if ended:
             return seen
         time.sleep(interval)
