@@ -1,6 +1,7 @@
-"""Kata 10 beyond its plain mutants (tests/test_mutants.py): each wrong verifier fails the very check built
-for its blind spot, the kata's nearest thing to a no-op fails only the speed checks it should, and the
-hidden battery's claimed truth holds for the reference on more seeds."""
+"""Kata 10 beyond its mutants (tests/test_mutants.py, which proves each wrong verifier fails the very check built
+for its blind spot): the verifiers that time the wrong thing fail the speed check built for them too, the kata's
+nearest thing to a no-op fails only the speed checks it should, and the hidden battery's claimed truth holds for
+the reference on more seeds."""
 import random
 import time
 
@@ -9,7 +10,7 @@ import torch
 
 from graders.run.session import GradingSession, grade
 from graders.katas.kata_10_verify_harness.models import hidden_cases
-from graders.katas.kata_10_verify_harness.mutants import CAUGHT_BY, MUTANTS, SPEEDUP_ALWAYS_ONE
+from graders.katas.kata_10_verify_harness.mutants import MUTANTS, SPEEDUP_ALWAYS_ONE, TIMES_WRONG
 from graders.frame.catalogue import REPO_ROOT, load_grader
 from graders.dev.mutation import write_mutant_tree
 
@@ -22,13 +23,12 @@ BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
 CHECKS = {check.name: check for check in load_grader(KATA).checks}
 
 
-@pytest.mark.parametrize("mutant, catcher", [
-    pytest.param(mutant, catcher, marks=[pytest.mark.timing] if CHECKS[catcher].level == 3 else [])
-    for mutant, catcher in CAUGHT_BY.items()])
-def test_mutant_fails_the_check_built_for_it(mutant, catcher, tmp_path):
-    check = CHECKS[catcher]
-    result = GradingSession(write_mutant_tree(tmp_path, KATA, BY_NAME[mutant]), seed=0).run(check)
-    assert not result.passed, f"{mutant} slipped past {catcher}"
+@pytest.mark.timing
+@pytest.mark.parametrize("mutant", TIMES_WRONG)
+def test_a_verifier_that_times_the_wrong_thing_fails_the_speed_check_built_for_it(mutant, tmp_path):
+    """Level 2 catches these first (tests/test_mutants.py); the speed level's own check must catch them too."""
+    result = GradingSession(write_mutant_tree(tmp_path, KATA, BY_NAME[mutant]), seed=0).run(CHECKS["dead_code_speedup"])
+    assert not result.passed, f"{mutant} slipped past dead_code_speedup"
     assert "Hint:" in result.message, result.message
 
 

@@ -1,6 +1,7 @@
-"""Every kata's mutants (graders/katas/kata_<name>/mutants.py) are caught at the level that should catch them,
-its correct variants keep full marks, and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit, on
-the exact memory-traffic count where it sets a traffic limit (kata 08), on the clock otherwise."""
+"""Every kata's mutants (graders/katas/kata_<name>/mutants.py) are caught at the level that should catch them
+(and by the check built for them, where a mutant names one: `caught_by`), its correct variants keep full marks,
+and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit, on the exact
+memory-traffic count where it sets a traffic limit (kata 08), on the clock otherwise."""
 import pytest
 
 from graders.frame.catalogue import KATAS, load_grader

@@ -17,7 +17,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from graders.frame.catalogue import REPO_ROOT, grader_module_name
+from graders.frame.catalogue import REPO_ROOT, grader_module_name, load_grader
 from graders.frame.mutant import Mutant
 from graders.frame.levels import CheckResult
 from graders.run.session import grade
@@ -46,14 +46,26 @@ def failed_levels(results: list[CheckResult]) -> set[int]:
 
 
 def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: int = 0) -> None:
+    """No level below `mutant.caught_at` fails it, that level does; where the mutant names the check built to
+    catch it (`caught_by`), that check fails it and its message says how to fix it (a hint)."""
+    if mutant.caught_by is not None:
+        names = [check.name for check in load_grader(kata).checks_at(mutant.caught_at)]
+        assert mutant.caught_by in names, (f"{kata} mutant {mutant.name} names caught_by={mutant.caught_by!r}, which "
+                                           f"is no check of level {mutant.caught_at}: {', '.join(names)}")
     tree = write_mutant_tree(tmp_path, kata, mutant)
-    # Levels in order, stopping at the first failing check: every lower level passed in full by then.
-    results = grade(kata, tree, seed=seed, levels=mutant.levels, stop_at_failure=True)
+    # Levels in order, stopping at the first failing check: every lower level passed in full by then. The check
+    # built for the mutant runs first at its level: where it fails, no other check of that level need run.
+    results = grade(kata, tree, seed=seed, levels=mutant.levels, stop_at_failure=True, first=mutant.caught_by)
     failing = failed_levels(results)
     reasons = "\n".join(f"  {r.test_id}: {r.message.splitlines()[0]}" for r in results if not r.passed)
     assert failing, f"{kata} mutant {mutant.name} got full marks; level {mutant.caught_at} should catch it"
     assert min(failing) == mutant.caught_at, (
         f"{kata} mutant {mutant.name} is caught first at level {min(failing)}, expected {mutant.caught_at}:\n{reasons}")
+    if mutant.caught_by is not None:
+        [built] = [r for r in results if r.check == mutant.caught_by]
+        assert not built.passed, (f"{kata} mutant {mutant.name} slipped past {mutant.caught_by}, the check built "
+                                  f"for it:\n{reasons}")
+        assert "Hint:" in built.message, f"{built.test_id} fails {mutant.name} without a hint: {built.message}"
 
 
 def assert_keeps_full_marks(tmp_path: Path, kata: str, variant: Mutant, seed: int = 0) -> None:

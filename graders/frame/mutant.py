@@ -13,6 +13,7 @@ class Mutant:
     old: str          # text of the reference solution, occurring exactly once
     new: str          # what the bug puts there instead
     caught_at: int | None  # the level that must catch it (no lower level fails, this one does); None: correct
+    caught_by: str | None = None  # the check of that level built to catch it, where one is: it must fail there
 
     def __str__(self) -> str:
         return self.name

@@ -177,15 +177,17 @@ class GradingSession:
 
 
 def grade(kata: str, solutions: Path | str, *, levels: tuple[int, ...] = (1, 2, 3, 4), stop_at_failure: bool = False,
-          **options) -> list[CheckResult]:
+          first: str | None = None, **options) -> list[CheckResult]:
     """Grade one kata of a solution tree in this process (the project's tests use this).
 
     `stop_at_failure`: checks run level by level (in the order of `levels`) and grading stops after the
-    first failing check; enough to tell the first level that catches a mutant."""
+    first failing check; enough to tell the first level that catches a mutant. `first`: the name of a check
+    that runs before the other checks of its level (the check built to catch a mutant: where it fails, that
+    level stops there)."""
     session, grader, results = GradingSession(solutions, **options), load_grader(kata), []
     try:
         for level in levels:
-            for check in grader.checks_at(level):
+            for check in sorted(grader.checks_at(level), key=lambda c: c.name != first):
                 results.append(session.run(check))
                 if stop_at_failure and not results[-1].passed and not results[-1].skipped:
                     return results

@@ -1,9 +1,11 @@
 """Kata 10: plausible wrong verifiers, each caught at its level by the case built to expose it.
 
 In this kata the learner writes the verifier, so a mutant is a verifier with one blind spot.
-tests/test_mutants.py proves each is caught first at its level; tests/test_kata_10_verify_harness.py
-that the check named for it in CAUGHT_BY is among those that fail it (so each battery pass's claimed
-subtlety is itself tested).
+tests/test_mutants.py proves each is caught first at its level, and by the check of that level named in its
+`caught_by`, the case built for that blind spot (so each battery pass's claimed subtlety is itself tested).
+The two that time the wrong thing (TIMES_WRONG) are caught first at level 2, by a pass whose model cannot run
+(the speedup must be nan); tests/test_kata_10_verify_harness.py proves the speed check built for them,
+dead_code_speedup, fails them too.
 
 There is no NO_OP here: the learner's function is a verifier, not a pass, so "changes nothing" has no
 meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE), is an ordinary mutant
@@ -45,133 +47,112 @@ TALLY_PER_BATCH_SIZE = """            want, got = as_tuple(original(*inputs)), a
 """
 SPEEDUP_ALWAYS_ONE = Mutant("speedup_always_one",
                             'report["speedup"] = time_ratio(baseline, transformed, example_inputs)',
-                            'report["speedup"] = 1.0', caught_at=2)
+                            'report["speedup"] = 1.0', caught_at=2, caught_by="breaks_node_order")
 
 MUTANTS = [
-    Mutant("one_sample_only", SAMPLES, "    samples = [example_inputs]\n", caught_at=2),
-    Mutant("never_runs_the_example", SAMPLES, "    samples = draw_samples(example_inputs, n_samples)\n", caught_at=2),
-    Mutant("same_batch_size_always", "batch = sizes[index % len(sizes)]", "batch = example_batch", caught_at=2),
+    Mutant("one_sample_only", SAMPLES, "    samples = [example_inputs]\n",
+           caught_at=2, caught_by="caches_first_result"),
+    Mutant("never_runs_the_example", SAMPLES, "    samples = draw_samples(example_inputs, n_samples)\n",
+           caught_at=2, caught_by="wrong_only_on_the_example_itself"),
+    Mutant("same_batch_size_always", "batch = sizes[index % len(sizes)]", "batch = example_batch",
+           caught_at=2, caught_by="wrong_only_at_batch_size_1"),
     Mutant("tries_only_batch_1_and_the_example", "sizes = list(dict.fromkeys((1, example_batch, *EXTRA_BATCH_SIZES)))",
-           "sizes = list(dict.fromkeys((1, example_batch)))", caught_at=2),
+           "sizes = list(dict.fromkeys((1, example_batch)))",
+           caught_at=2, caught_by="right_only_at_the_example_batch_size"),
     Mutant("draws_nonnegative_inputs", "torch.randn(batch, *t.shape[1:]", "torch.rand(batch, *t.shape[1:]",
-           caught_at=2),
+           caught_at=2, caught_by="example_in_0_1_wrong_on_negatives"),
     Mutant("allclose_broadcasts_shapes",
            "            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef gradients(",
            "            if not all(torch.allclose(g, w, atol=atol, rtol=rtol) for g, w in zip(got, want)):\n"
-           "                return False\n    return True\n\n\ndef gradients(", caught_at=2),
+           "                return False\n    return True\n\n\ndef gradients(",
+           caught_at=2, caught_by="wrong_only_at_batch_size_1"),
     Mutant("tallies_failures_per_batch_size",
            "    with torch.no_grad():\n        for inputs in samples:\n" + COMPARE_OUTPUTS,
            "    failures = {}\n    with torch.no_grad():\n        for inputs in samples:\n" + TALLY_PER_BATCH_SIZE,
-           caught_at=2),
+           caught_at=2, caught_by="wrong_values_only_on_the_example_layout"),
     Mutant("compares_only_the_first_output",
            "want, got = as_tuple(original(*inputs)), as_tuple(transformed(*inputs))",
-           "want, got = as_tuple(original(*inputs))[:1], as_tuple(transformed(*inputs))[:1]", caught_at=2),
+           "want, got = as_tuple(original(*inputs))[:1], as_tuple(transformed(*inputs))[:1]",
+           caught_at=2, caught_by="wrong_only_in_the_second_output"),
     Mutant("no_deep_copy_before_the_pass",
            "    original, baseline = copy.deepcopy(model), fx.symbolic_trace(copy.deepcopy(model))\n"
            "    transformed = pass_fn(fx.symbolic_trace(copy.deepcopy(model)))",
            "    original, baseline = model, fx.symbolic_trace(model)\n"
-           "    transformed = pass_fn(fx.symbolic_trace(model))", caught_at=2),
+           "    transformed = pass_fn(fx.symbolic_trace(model))", caught_at=2, caught_by="mutates_shared_weights"),
     Mutant("no_gradient_comparison",
            "passes(gradients_match, original, transformed, samples[:GRADIENT_SAMPLES], atol, rtol)", "True",
-           caught_at=2),
+           caught_at=2, caught_by="straight_through_relu"),
     Mutant("input_gradients_only", "    params = untouched_parameters(original, transformed)\n",
-           "    params = []\n", caught_at=2),
+           "    params = []\n", caught_at=2, caught_by="detaches_weight"),
     Mutant("lint_without_freshness", '    return gm.code == gm.graph.python_code(root_module="self").src',
-           "    return True", caught_at=2),
-    Mutant("freshness_without_lint", "    gm.graph.lint()\n", "", caught_at=2),
+           "    return True", caught_at=2, caught_by="forgets_recompile"),
+    Mutant("freshness_without_lint", "    gm.graph.lint()\n", "", caught_at=2, caught_by="breaks_node_order"),
     Mutant("params_compares_names",
            '"params": parameter_count(transformed) <= parameter_count(original),',
            '"params": set(dict(transformed.named_parameters())) <= set(dict(original.named_parameters())),',
-           caught_at=2),
+           caught_at=2, caught_by="pads_linear_adds_parameters"),
     Mutant("params_requires_equal_count", "parameter_count(transformed) <= parameter_count(original)",
-           "parameter_count(transformed) == parameter_count(original)", caught_at=1),
-    Mutant("speedup_inverted", "ratios.append(base / cand)", "ratios.append(cand / base)", caught_at=3),
+           "parameter_count(transformed) == parameter_count(original)", caught_at=1, caught_by="conv_bn_fold"),
+    Mutant("speedup_inverted", "ratios.append(base / cand)", "ratios.append(cand / base)",
+           caught_at=3, caught_by="dead_code_speedup"),
     Mutant("times_the_original_against_itself", "time_ratio(baseline, transformed, example_inputs)",
-           "time_ratio(baseline, original, example_inputs)", caught_at=2),
+           "time_ratio(baseline, original, example_inputs)", caught_at=2, caught_by="breaks_node_order"),
     SPEEDUP_ALWAYS_ONE,
-    Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3),
+    Mutant("times_back_to_back", BACK_TO_BACK_OLD, BACK_TO_BACK_NEW, caught_at=3, caught_by="interleaved_timing"),
     # Sets one thread for the timing and leaves it so: the caller's setting is lost.
     Mutant("leaves_one_thread", "    finally:\n        torch.set_num_threads(threads)\n    return statistics.median(ratios)",
-           "    finally:\n        pass\n    return statistics.median(ratios)", caught_at=3),
+           "    finally:\n        pass\n    return statistics.median(ratios)",
+           caught_at=3, caught_by="interleaved_timing"),
     Mutant("draws_only_the_first_input", "for t in example_inputs))", "for t in example_inputs[:1]))", caught_at=4),
     # Gradients of sum(outputs): a backward that permutes the incoming gradient sees a permuted all-ones, all-ones.
     Mutant("cotangent_of_ones", "cotangents = [torch.randn_like(o) for o", "cotangents = [torch.ones_like(o) for o",
-           caught_at=2),
+           caught_at=2, caught_by="backward_permutes_the_gradient"),
     Mutant("none_gradient_is_a_mismatch",
            "    return [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]",
-           "    return list(grads)  # None against a zero tensor: assert_close raises", caught_at=2),
-    Mutant("draws_float32_inputs", "dtype=t.dtype, device=t.device", "device=t.device", caught_at=2),
+           "    return list(grads)  # None against a zero tensor: assert_close raises",
+           caught_at=2, caught_by="removes_a_term_times_zero"),
+    Mutant("draws_float32_inputs", "dtype=t.dtype, device=t.device", "device=t.device",
+           caught_at=2, caught_by="float64_model"),
     # Draws in float32 and casts to the example's dtype: float64 inputs that hold only float32 values.
     Mutant("draws_in_float32_precision", "dtype=t.dtype, device=t.device) for t", "device=t.device).to(t.dtype) for t",
-           caught_at=2),
+           caught_at=2, caught_by="float64_input_rounded_through_float32"),
     Mutant("speedup_zero_when_it_cannot_run", 'report["speedup"] = float("nan")', 'report["speedup"] = 0.0',
-           caught_at=2),
+           caught_at=2, caught_by="breaks_node_order"),
     # Gradients compared at a fixed loose tolerance, the outputs at the caller's.
     Mutant("fixed_gradient_tolerance",
            "        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef graph_is_valid(",
            "        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # gradients are noisier\n"
-           "    return True\n\n\ndef graph_is_valid(", caught_at=2),
+           "    return True\n\n\ndef graph_is_valid(", caught_at=2, caught_by="tighter_tolerance_float64"),
     # Effects: what the model does to the world besides its outputs (in-place writes, random draws).
     Mutant("never_checks_effects",
            '"effects": passes(effects_match, original, transformed, samples[:EFFECT_SAMPLES], atol, rtol),',
-           '"effects": True,', caught_at=2),
+           '"effects": True,', caught_at=2, caught_by="dce_drops_a_buffer_update"),
     Mutant("effects_ignores_buffers",
            "            torch.testing.assert_close([got_buffers[n] for n in shared], [want_buffers[n] for n in shared],\n"
-           "                                       atol=atol, rtol=rtol)\n", "", caught_at=2),
+           "                                       atol=atol, rtol=rtol)\n", "",
+           caught_at=2, caught_by="dce_drops_a_buffer_update"),
     Mutant("effects_ignores_the_rng",
            "            if not all(torch.equal(g, w) for g, w in zip(got_rng, want_rng)):\n                return False\n",
-           "", caught_at=2),
+           "", caught_at=2, caught_by="drops_a_dead_random_draw"),
     # Holds the model to "inputs stay as they were": a model that writes its input is taken for a wrong pass.
     Mutant("effects_forbids_writing_inputs",
            "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n",
            "            torch.testing.assert_close((got_inputs, want_inputs), (inputs, inputs), atol=atol, rtol=rtol)\n",
-           caught_at=2),
+           caught_at=2, caught_by="correct_pass_on_a_model_that_writes_its_input"),
     Mutant("effects_ignores_inputs",
-           "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n", "", caught_at=2),
+           "            torch.testing.assert_close(got_inputs, want_inputs, atol=atol, rtol=rtol)\n", "",
+           caught_at=2, caught_by="dce_drops_a_write_to_an_input"),
     # The second model runs from the RNG state the first left: a model that draws looks like one that changed.
     Mutant("effects_without_resetting_the_rng",
-           "                set_rng_state(start)\n", "", caught_at=2),
+           "                set_rng_state(start)\n", "", caught_at=2, caught_by="pure_rewrite_keeps_every_effect"),
     Mutant("fixed_tolerances",
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'
-           "    atol = rtol = 1e-5  # whatever the caller asked\n", caught_at=2),
+           "    atol = rtol = 1e-5  # whatever the caller asked\n",
+           caught_at=2, caught_by="looser_tolerance_tanh_gelu"),
 ]
 
 SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
 
-# The check that must be among those failing each mutant (the case built for its blind spot).
-CAUGHT_BY = {
-    "one_sample_only": "caches_first_result",
-    "never_runs_the_example": "wrong_only_on_the_example_itself",
-    "same_batch_size_always": "wrong_only_at_batch_size_1",
-    "tries_only_batch_1_and_the_example": "right_only_at_the_example_batch_size",
-    "draws_nonnegative_inputs": "example_in_0_1_wrong_on_negatives",
-    "allclose_broadcasts_shapes": "wrong_only_at_batch_size_1",
-    "compares_only_the_first_output": "wrong_only_in_the_second_output",
-    "no_deep_copy_before_the_pass": "mutates_shared_weights",
-    "no_gradient_comparison": "straight_through_relu",
-    "input_gradients_only": "detaches_weight",
-    "lint_without_freshness": "forgets_recompile",
-    "freshness_without_lint": "breaks_node_order",
-    "params_compares_names": "pads_linear_adds_parameters",
-    "params_requires_equal_count": "conv_bn_fold",
-    "speedup_inverted": "dead_code_speedup",
-    "times_the_original_against_itself": "dead_code_speedup",
-    "speedup_always_one": "dead_code_speedup",
-    "times_back_to_back": "interleaved_timing",
-    "leaves_one_thread": "interleaved_timing",
-    "cotangent_of_ones": "backward_permutes_the_gradient",
-    "none_gradient_is_a_mismatch": "removes_a_term_times_zero",
-    "draws_float32_inputs": "float64_model",
-    "draws_in_float32_precision": "float64_input_rounded_through_float32",
-    "speedup_zero_when_it_cannot_run": "breaks_node_order",
-    "fixed_gradient_tolerance": "tighter_tolerance_float64",
-    "fixed_tolerances": "looser_tolerance_tanh_gelu",
-    "never_checks_effects": "dce_drops_a_buffer_update",
-    "effects_ignores_buffers": "dce_drops_a_buffer_update",
-    "effects_ignores_the_rng": "drops_a_dead_random_draw",
-    "effects_ignores_inputs": "dce_drops_a_write_to_an_input",
-    "effects_without_resetting_the_rng": "pure_rewrite_keeps_every_effect",
-    "tallies_failures_per_batch_size": "wrong_values_only_on_the_example_layout",
-    "effects_forbids_writing_inputs": "correct_pass_on_a_model_that_writes_its_input",
-}
+# The verifiers that time the wrong thing: the speed level's dead_code_speedup must fail them too.
+TIMES_WRONG = ["times_the_original_against_itself", "speedup_always_one"]
