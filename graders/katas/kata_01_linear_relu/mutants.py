@@ -26,21 +26,25 @@ MUTANTS = [
     Mutant("misses_inplace_spellings",
            'RELU_FUNCTIONS = {torch.relu, torch.relu_, F.relu}\nRELU_METHODS = {"relu", "relu_"}',
            'RELU_FUNCTIONS = {torch.relu, F.relu}\nRELU_METHODS = {"relu"}', caught_at=2),
-    Mutant("misses_method_spelling", "        return node.target in RELU_METHODS", "        return False", caught_at=2),
+    Mutant("misses_method_spelling", "        return node.target in RELU_METHODS", "        return False",
+           caught_at=2, caught_by="method_relu"),
     Mutant("matches_functions_by_name", "        return node.target in RELU_FUNCTIONS",
-           '        return "relu" in getattr(node.target, "__name__", "")', caught_at=2),
+           '        return "relu" in getattr(node.target, "__name__", "")',
+           caught_at=2, caught_by="functional_relu6_not_fused"),
     Mutant("matches_modules_by_class_name", "type(modules.get(node.target)) is nn.ReLU",
-           '"ReLU" in type(modules.get(node.target)).__name__', caught_at=2),
+           '"ReLU" in type(modules.get(node.target)).__name__', caught_at=2, caught_by="relu6_not_fused"),
     Mutant("matches_relu_modules_by_name", "type(modules.get(node.target)) is nn.ReLU",
-           'type(modules.get(node.target)) is nn.ReLU or node.target.rsplit(".", 1)[-1] == "relu"', caught_at=2),
+           'type(modules.get(node.target)) is nn.ReLU or node.target.rsplit(".", 1)[-1] == "relu"',
+           caught_at=2, caught_by="relu6_named_relu_not_fused"),
     Mutant("matches_linear_subclasses", "and type(modules.get(linear_node.target)) is nn.Linear)",
-           "and isinstance(modules.get(linear_node.target), nn.Linear))", caught_at=2),
+           "and isinstance(modules.get(linear_node.target), nn.Linear))",
+           caught_at=2, caught_by="linear_subclass_not_fused"),
     Mutant("fuses_across_dropout", "        linear_node = _relu_input(relu_node)\n",
            "        linear_node = _relu_input(relu_node)\n"
            "        while isinstance(modules.get(getattr(linear_node, 'target', None)), nn.Dropout):\n"
-           "            linear_node = linear_node.args[0]\n", caught_at=2),
+           "            linear_node = linear_node.args[0]\n", caught_at=2, caught_by="dropout_between"),
     Mutant("fuses_linear_with_another_user", "        if len(linear_node.users) != 1:", "        if False:",
-           caught_at=2),
+           caught_at=2, caught_by="linear_output_used_twice"),
     # "relu_ overwrites the Linear's output, so its other readers see the ReLU's values anyway": not those that
     # read it before the ReLU ran.
     Mutant("absorbs_readers_of_an_inplace_relu",
@@ -56,30 +60,31 @@ MUTANTS = [
            "            gm.graph.erase_node(linear_node)\n"
            "            continue\n"
            "        if len(linear_node.users) != 1:        # another user needs the values before the ReLU\n",
-           caught_at=2),
+           caught_at=2, caught_by="linear_output_used_twice_inplace"),
     Mutant("fuses_at_shared_linear_module", "        if calls[linear_node.target] != 1:", "        if False:",
-           caught_at=2),
+           caught_at=2, caught_by="linear_module_shared"),
     Mutant("deletes_the_relu_module", REWIRE,
            REWIRE + '        if relu_node.op == "call_module":\n            gm.delete_submodule(relu_node.target)\n',
-           caught_at=2),
+           caught_at=2, caught_by="relu_module_shared"),
     Mutant("rewires_only_the_first_user", "        relu_node.replace_all_uses_with(fused_node)\n",
-           "        next(iter(relu_node.users)).replace_input_with(relu_node, fused_node)\n", caught_at=2),
+           "        next(iter(relu_node.users)).replace_input_with(relu_node, fused_node)\n",
+           caught_at=2, caught_by="relu_output_used_twice"),
     Mutant("refuses_training_mode", "        if calls[linear_node.target] != 1:",
            "        if modules[linear_node.target].training:\n            continue\n"
-           "        if calls[linear_node.target] != 1:", caught_at=2),
+           "        if calls[linear_node.target] != 1:", caught_at=2, caught_by="trains_like_the_original"),
     Mutant("crashes_without_bias", 'self.register_parameter("bias", linear.bias)',
            "self.bias = nn.Parameter(linear.bias.detach().clone())", caught_at=2),
     Mutant("assumes_2d_input", FORWARD, "        return torch.addmm(self.bias, x, self.weight.t()).relu_()",
            caught_at=2),
     Mutant("forward_under_no_grad", FORWARD, "        with torch.no_grad():  # inference only\n    " + FORWARD,
-           caught_at=2),
+           caught_at=2, caught_by="trains_like_the_original"),
     Mutant("setattr_with_dotted_name", "gm.set_submodule(linear_node.target,", "setattr(gm, linear_node.target,",
-           caught_at=2),
+           caught_at=2, caught_by="nested_dotted_names"),
     # The Linear, shared with the caller's model, becomes a FusedLinearReLU in place: same parameters, right
     # outputs and structure in gm, but the caller's model now runs a ReLU after every fused Linear.
     Mutant("converts_the_callers_linear", INSTALL,
            "        modules[linear_node.target].__class__ = FusedLinearReLU  # in place: no copy, no new module\n",
-           caught_at=2),
+           caught_at=2, caught_by="traced_model_keeps_its_modules"),
     # A ReLU spelled torch.relu(input=y) or self.act(input=y) has no positional argument: node.args[0] raises.
     Mutant("reads_only_the_first_positional_argument",
            '    return node.args[0] if node.args else node.kwargs.get("input")', "    return node.args[0]", caught_at=2),
@@ -89,7 +94,7 @@ MUTANTS = [
            "        for user in list(relu_node.users):\n"
            "            user.args = tuple(fused_node if a is relu_node else a for a in user.args)\n"
            "            user.kwargs = {k: fused_node if v is relu_node else v for k, v in user.kwargs.items()}\n",
-           caught_at=2),
+           caught_at=2, caught_by="relu_read_in_a_tuple_output"),
     # Right outputs in a learner's run, which runs the class itself; a competition's worker traces it with
     # torch.fx (README, "Trust model"), and tracing cannot take a branch on the input's rank.
     Mutant("branches_on_input_rank", FORWARD,

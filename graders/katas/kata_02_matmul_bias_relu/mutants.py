@@ -47,14 +47,16 @@ MM_TO_ADDMM = (MM_TO_ADDMM_TAIL
                .replace("TRACED_REPLACEMENT,\n", "TRACED_ADDMM if index >= 32 else TRACED_REPLACEMENT,\n"))
 assert MM_TO_ADDMM != MM_TO_ADDMM_TAIL and "TRACED_ADDMM if index" in MM_TO_ADDMM
 
-NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n", caught_at=1)
+NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n",
+caught_at=1, caught_by="two_layer_mlp")
 
 MUTANTS = [
     # Takes a bias the graph knows nothing of (computed in forward) for one that fits.
     Mutant("admits_an_unknown_bias",
            "    if not isinstance(w, torch.Tensor) or w.dim() < 2 or b is None:\n        return False\n",
            "    if not isinstance(w, torch.Tensor) or w.dim() < 2:\n        return False\n"
-           "    if b is None:\n        return True  # computed in forward: a bias it must be\n", caught_at=2),
+           "    if b is None:\n        return True  # computed in forward: a bias it must be\n",
+           caught_at=2, caught_by="bias_cast_in_forward"),
     # Assumes x has a batch dimension, so a (1, n) bias always fits.
     Mutant("assumes_a_batch_dimension",
            "        elif isinstance(b, torch.Tensor) and b.dim() > 1:\n"
@@ -63,41 +65,48 @@ MUTANTS = [
            "            product = torch.empty(w.shape[-1:], dtype=w.dtype, device=\"meta\")",
            "        else:\n"
            "            product = torch.empty((1, *w.shape[-1:]), dtype=w.dtype, device=\"meta\")  # (batch, n)",
-           caught_at=2),
+           caught_at=2, caught_by="row_bias_on_a_vector"),
     # Compares dtypes instead of asking for the result type: a 0-dim float64 or int64 bias is refused.
     Mutant("compares_bias_dtype", "torch.result_type(product, b) == product.dtype",
-           "getattr(b, \"dtype\", product.dtype) == product.dtype", caught_at=2),
+           "getattr(b, \"dtype\", product.dtype) == product.dtype",
+           caught_at=2, caught_by="zero_dim_biases_of_other_dtypes"),
     # A literal bias admitted without a dtype check: 0.5 on an int64 product.
     Mutant("admits_every_literal_bias", "    x, w, b = (_known(original_graph.owning_module, arg) for arg in match.placeholder_nodes)\n",
            "    x, w, b = (_known(original_graph.owning_module, arg) for arg in match.placeholder_nodes)\n"
            "    if isinstance(b, (int, float)) and isinstance(w, torch.Tensor) and w.dim() >= 2:\n"
-           "        return True  # a number broadcasts anywhere\n", caught_at=2),
+           "        return True  # a number broadcasts anywhere\n",
+           caught_at=2, caught_by="float_literal_on_an_integer_product"),
     NO_OP,
     Mutant("drops_the_bias", FUSED, "torch.matmul(x, w).relu_()", caught_at=1),
-    Mutant("bias_added_out_of_place", FUSED, "torch.relu_(torch.matmul(x, w) + b)", caught_at=1),
+    Mutant("bias_added_out_of_place", FUSED, "torch.relu_(torch.matmul(x, w) + b)",
+           caught_at=1, caught_by="two_layer_mlp"),
     Mutant("counts_patterns_not_sites", "rewritten += len(subgraph_rewriter", "rewritten += bool(subgraph_rewriter",
-           caught_at=1),
+           caught_at=1, caught_by="two_layer_mlp"),
     Mutant("rewrites_a_fresh_trace", "    rewritten = 0\n",
-           "    gm = fx.symbolic_trace(gm)  # a copy to work on\n    rewritten = 0\n", caught_at=1),
+           "    gm = fx.symbolic_trace(gm)  # a copy to work on\n    rewritten = 0\n",
+           caught_at=1, caught_by="two_layer_mlp"),
     Mutant("only_the_at_spelling", "MATMULS = [operator.matmul, torch.matmul, torch.mm]", "MATMULS = [operator.matmul]",
            caught_at=2),
     Mutant("ignores_the_commuted_add", BIAS_ADDS,
            "BIAS_ADDS = [lambda p, b: p + b, lambda p, b: torch.add(p, b)]", caught_at=2),
-    Mutant("misses_the_inplace_keyword", "    lambda y: F.relu(y, inplace=True),\n", "", caught_at=2),
-    Mutant("uses_addmm", FUSED, "torch.addmm(b, x, w).relu_()", caught_at=2),
-    Mutant("addmm_for_the_mm_spellings", MM_TO_ADDMM_TAIL, MM_TO_ADDMM, caught_at=2),
+    Mutant("misses_the_inplace_keyword", "    lambda y: F.relu(y, inplace=True),\n", "",
+           caught_at=2, caught_by="inplace_relu"),
+    Mutant("uses_addmm", FUSED, "torch.addmm(b, x, w).relu_()", caught_at=2, caught_by="batched_3d_input"),
+    Mutant("addmm_for_the_mm_spellings", MM_TO_ADDMM_TAIL, MM_TO_ADDMM,
+           caught_at=2, caught_by="mm_with_a_literal_bias"),
     # The rewrite without a filter: p.add_(b) raises where b broadcasts beyond the product, and rounds a
     # float64 sum back to float32 where b promotes it.
     Mutant("no_shape_or_dtype_filter", FILTERED_CALL, "replace_pattern(gm, spelling, TRACED_REPLACEMENT))",
-           caught_at=2),
+           caught_at=2, caught_by="bias_broadcasts_beyond_the_product"),
     # "Nobody else may read the operands": the matcher already refuses a product or a sum read outside the
     # match; x, w and b may be read anywhere (the replacement never writes them).
     Mutant("operands_must_have_one_user", "[epilogue_is_exact]))",
            "[epilogue_is_exact, lambda m, g, p: all(len(n.users) == 1 for n in m.placeholder_nodes\n"
            "                                                                          if isinstance(n, fx.Node))]))",
-           caught_at=2),
-    Mutant("rewrites_relu6", "    torch.relu,\n", "    torch.relu,\n    F.relu6,\n", caught_at=2),
-    Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2),
+           caught_at=2, caught_by="operands_shared_by_two_sites"),
+    Mutant("rewrites_relu6", "    torch.relu,\n", "    torch.relu,\n    F.relu6,\n",
+           caught_at=2, caught_by="blocked_relu6"),
+    Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2, caught_by="commuted_bias"),
     Mutant("hand_listed_spellings", "PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]\n",
            HAND_LISTED, caught_at=4),
     # Half the epilogue in place: the ReLU still allocates a new tensor as large as the product.

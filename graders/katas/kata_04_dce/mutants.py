@@ -31,7 +31,7 @@ MUTANTS = [
     Mutant("removes_random_ops", "    return _mutates(node, modules) or _draws_random_numbers(node, modules)",
            "    return _mutates(node, modules)", caught_at=2),
     Mutant("removes_setitem", "SIDE_EFFECT_FUNCTIONS = {operator.setitem, ", "SIDE_EFFECT_FUNCTIONS = {",
-           caught_at=2),
+           caught_at=2, caught_by="setitem"),
     Mutant("ignores_out_keyword", " or arguments.get(\"out\") is not None", "", caught_at=2),
     Mutant("inplace_keyword_only", "        arguments = _bound_arguments(node)\n",
            "        arguments = node.kwargs\n", caught_at=2),
@@ -47,14 +47,15 @@ MUTANTS = [
            "        if len(node.users) == 0 and (inplace_on_unread or not has_side_effects(node, modules)):",
            caught_at=2),
     Mutant("keeps_every_module_call", "    if node.op in (\"placeholder\", \"output\"):",
-           "    if node.op in (\"placeholder\", \"output\", \"call_module\"):", caught_at=2),
+           "    if node.op in (\"placeholder\", \"output\", \"call_module\"):",
+           caught_at=2, caught_by="dropout_module_eval"),
     # Gaps closed in round 3: modules that are pure in the state they are in, and random methods.
     Mutant("keeps_dropout_modules_in_eval", "        return not module.training  # random in training mode",
-           "        return False  # random in training mode", caught_at=2),
+           "        return False  # random in training mode", caught_at=2, caught_by="dropout_module_eval"),
     Mutant("keeps_batchnorm_without_running_stats", "        return not (module.training and module.track_running_stats)",
-           "        return not module.training", caught_at=2),
+           "        return not module.training", caught_at=2, caught_by="batchnorm_without_running_stats"),
     Mutant("keeps_batchnorm_in_eval", "        return not (module.training and module.track_running_stats)",
-           "        return False", caught_at=2),
+           "        return False", caught_at=2, caught_by="batchnorm_without_running_stats"),
     # Round 4: a deny-list of effects (training BatchNorm, dropout modules, inplace=True) takes every other leaf
     # module for pure: a dead InstanceNorm tracking statistics, a GRU or a TransformerEncoderLayer with dropout
     # in training mode go, and the running statistics or the random stream change.
@@ -63,15 +64,17 @@ MUTANTS = [
            "    if getattr(module, \"inplace\", False) is True:\n        return False\n"
            "    if isinstance(module, nn.BatchNorm1d):\n        return not (module.training and module.track_running_stats)\n"
            "    if isinstance(module, nn.Dropout):\n        return not module.training\n"
-           "    return True\n", caught_at=2),
+           "    return True\n", caught_at=2, caught_by="other_batchnorm_and_dropout_modules"),
     Mutant("random_functions_by_name", "        random = node.target in RANDOM_FUNCTIONS or getattr(node.target, \"_nondeterministic_seeded\", False)\n",
            "        name = getattr(node.target, \"__name__\", \"\")\n"
-           "        random = name.startswith(\"rand\") or \"dropout\" in name or name == \"bernoulli\"\n", caught_at=2),
+           "        random = name.startswith(\"rand\") or \"dropout\" in name or name == \"bernoulli\"\n",
+           caught_at=2, caught_by="normal_and_poisson"),
     Mutant("dropout_functions_always_draw", "        return random and _training(node)", "        return random",
-           caught_at=2),
+           caught_at=2, caught_by="dropout_function_not_training"),
     Mutant("modules_pure_unless_listed", "    return isinstance(module, PURE_MODULES)\n", "    return True\n",
-           caught_at=2),
-    Mutant("removes_random_methods", "        return node.target in RANDOM_METHODS", "        return False", caught_at=2),
+           caught_at=2, caught_by="opaque_modules_training"),
+    Mutant("removes_random_methods", "        return node.target in RANDOM_METHODS", "        return False",
+           caught_at=2, caught_by="random_method"),
     Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
            "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
 ]

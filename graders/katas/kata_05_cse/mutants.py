@@ -52,7 +52,8 @@ MUTANTS = [
     Mutant("crashes_on_list_args",
            "        return (tuple if isinstance(arg, tuple) else list, tuple(_constant_key(a) for a in arg))",
            "        return [_constant_key(a) for a in arg]", caught_at=1),
-    Mutant("crashes_on_slices", UNKNOWN_ARGUMENTS, "    return (type(arg), arg)\n", caught_at=2),
+    Mutant("crashes_on_slices", UNKNOWN_ARGUMENTS, "    return (type(arg), arg)\n",
+           caught_at=2, caught_by="slice_args"),
     Mutant("ignores_kwargs", "_constant_key(dict(node.kwargs)))", "())", caught_at=2),
     Mutant("merges_1_and_1_0", SCALARS,
            "    if isinstance(arg, (float, complex) + _PLAIN_CONSTANTS):\n        return arg\n", caught_at=2),
@@ -60,7 +61,8 @@ MUTANTS = [
            caught_at=2),
     Mutant("merges_random_ops", "    return _op_name(node) not in RANDOM_OPS", "    return True", caught_at=2),
     Mutant("merges_any_module", "        module = modules[node.target]\n        if isinstance(module, (nn",
-           "        return True\n        module = modules[node.target]\n        if isinstance(module, (nn", caught_at=2),
+           "        return True\n        module = modules[node.target]\n        if isinstance(module, (nn",
+           caught_at=2, caught_by="dropout_module_training"),
     Mutant("merges_inplace_ops", "    written = [node.args[0]] if inplace and node.args else []",
            "    written = []", caught_at=2),
     Mutant("merges_across_an_inplace_op", BARRIER, "", caught_at=2),
@@ -68,48 +70,52 @@ MUTANTS = [
            "        if node in returned or not _is_pure(node, modules):", caught_at=2),
     Mutant("ignores_writes_through_views",
            "        if _op_name(node) in VIEW_OPS or _written_arguments(node, modules):",
-           "        if _written_arguments(node, modules):", caught_at=2),
+           "        if _written_arguments(node, modules):", caught_at=2, caught_by="duplicate_mutated_through_view"),
     Mutant("inplace_only_for_methods",
            "        inplace = (node.target in INPLACE_OPERATORS or _is_inplace_name(_op_name(node))\n"
            "                   or node.kwargs.get(\"inplace\") is True)",
-           "        inplace = node.target in INPLACE_OPERATORS", caught_at=2),
+           "        inplace = node.target in INPLACE_OPERATORS", caught_at=2, caught_by="identical_inplace_functions"),
     # Gap: only the arithmetic methods count as writes; h.clamp_(...), h.exp_(), h.masked_fill_(...) do not.
     Mutant("inplace_only_arithmetic_methods", "        inplace = _is_inplace_name(node.target)\n",
-           '        inplace = node.target in ("add_", "sub_", "mul_", "div_")\n', caught_at=2),
+           '        inplace = node.target in ("add_", "sub_", "mul_", "div_")\n',
+           caught_at=2, caught_by="inplace_methods_beyond_arithmetic"),
     # Gap: a write forgets only the keys of nodes that read the written node itself, so a write through
     # `h.view(-1)[:4]` leaves `h.exp()` available, and a write to h leaves `h.t().sin()` available.
     Mutant("barrier_ignores_aliases", BARRIER,
            "            written = set(_written_arguments(node, modules))\n"
            "            for key in [k for k, first in available.items() if written & set(first.all_input_nodes)]:\n"
-           "                del available[key]\n", caught_at=2),
+           "                del available[key]\n",
+           caught_at=2, caught_by="duplicate_mutated_through_self_returning_ops"),
     # Gap: counts each merged expression once, whatever the number of copies it absorbed.
     Mutant("counts_merge_groups", "            merged += 1\n",
            "            merged += not first.meta.get('absorbed_a_copy')\n"
-           "            first.meta['absorbed_a_copy'] = True\n", caught_at=2),
+           "            first.meta['absorbed_a_copy'] = True\n",
+           caught_at=2, caught_by="three_copies_of_one_expression"),
     # Gap: a key without the op kind: x.neg() (call_method 'neg') meets a submodule named `neg` (call_module 'neg').
     Mutant("key_without_op_kind", "    return (node.op, node.target, _constant_key(node.args)",
-           "    return (node.target, _constant_key(node.args)", caught_at=2),
+           "    return (node.target, _constant_key(node.args)", caught_at=2, caught_by="method_and_module_of_one_name"),
     # Gap: keyword arguments keyed in call order, so f(x, a=1, b=2) and f(x, b=2, a=1) stay apart.
     Mutant("kwargs_in_call_order", "        return (dict, tuple(sorted((k, _constant_key(v)) for k, v in arg.items())))",
-           "        return (dict, tuple((k, _constant_key(v)) for k, v in arg.items()))", caught_at=2),
+           "        return (dict, tuple((k, _constant_key(v)) for k, v in arg.items()))",
+           caught_at=2, caught_by="kwargs_in_any_order"),
     # Gap: out= is not a write: torch.mul(h, 2, out=h) between two h.exp() lets them merge.
     Mutant("ignores_out_keyword", '    if node.kwargs.get("out") is not None:\n        written.append(node.kwargs["out"])\n',
-           "", caught_at=2),
+           "", caught_at=2, caught_by="write_with_out_keyword"),
     # Gap: aliases followed through views only, not through ops that return their input itself.
     Mutant("aliases_through_views_only", '"tensor_split", "type_as", "to", "type", "float", "double",\n'
            '    "half", "bfloat16", "int", "long", "short", "char", "byte", "bool", "cfloat", "cdouble", "cpu", "cuda",\n',
-           '"tensor_split",\n', caught_at=2),
+           '"tensor_split",\n', caught_at=2, caught_by="duplicate_mutated_through_self_returning_ops"),
     # Gap: only nn.Dropout is random in training mode; AlphaDropout, FeatureAlphaDropout, Dropout2d merge.
     Mutant("only_nn_dropout_is_random", "isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU))",
            "isinstance(module, (nn.Dropout, nn.RReLU))", caught_at=2),
     # Gaps: modules that are pure in the state they are in, treated as impure whatever their state.
     Mutant("never_merges_dropout_modules", "            return not module.training  # random in training mode",
-           "            return False", caught_at=2),
+           "            return False", caught_at=2, caught_by="eval_mode_modules_merge"),
     Mutant("batchnorm_impure_in_eval", "_NormBase) and module.training and module.track_running_stats:",
-           "_NormBase):", caught_at=2),
+           "_NormBase):", caught_at=2, caught_by="eval_mode_modules_merge"),
     Mutant("batchnorm_without_running_stats_impure",
            "_NormBase) and module.training and module.track_running_stats:", "_NormBase) and module.training:",
-           caught_at=2),
+           caught_at=2, caught_by="eval_mode_modules_merge"),
     # Lists cut down to what the visible models use: the hidden models draw from wider ones.
     Mutant("random_ops_seen_in_visible_models", RANDOM_OPS_END,
            RANDOM_OPS_END + 'RANDOM_OPS = {"rand", "rand_like", "randn_like", "dropout"}\n', caught_at=4),

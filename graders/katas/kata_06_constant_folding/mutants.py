@@ -37,12 +37,14 @@ MUTANTS = [
            "    calls_before = sum(_is_call(n) for n in graph.nodes)\n    graph.eliminate_dead_code()\n"
            "    folded = calls_before - sum(_is_call(n) for n in graph.nodes)\n", caught_at=2),
     Mutant("stores_plain_attributes", "        gm.register_buffer(name, values[node], persistent=False)",
-           "        setattr(gm, name, values[node])", caught_at=2),
+           "        setattr(gm, name, values[node])", caught_at=2, caught_by="folded_values_are_buffers"),
     Mutant("size_cap_exclusive", "if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):",
-           "if _nbytes(value) < max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):", caught_at=2),
+           "if _nbytes(value) < max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):",
+           caught_at=2, caught_by="result_exactly_at_the_cap"),
     # Writes are looked for in call_function and call_method nodes only: nn.ReLU(inplace=True) writes unseen.
     Mutant("inplace_modules_write_nothing", '    if node.op == "call_module":  # a module built with inplace=True',
-           '    if False:  # a module built with inplace=True', caught_at=2),
+           '    if False:  # a module built with inplace=True',
+           caught_at=2, caught_by="buffer_written_by_an_inplace_module"),
     Mutant("no_size_cap", "if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):", "if True:",
            caught_at=2),
     Mutant("getattr_on_dotted_target", "values[node] = _fetch_attr(gm, node.target)",
@@ -52,24 +54,28 @@ MUTANTS = [
     # A default value is what the caller gets when it passes nothing, not what it always gets.
     Mutant("folds_argument_defaults", '        if node.op == "get_attr" and node.target not in mutated_targets:',
            '        if node.op == "placeholder" and node.args:\n            values[node] = node.args[0]\n'
-           '        elif node.op == "get_attr" and node.target not in mutated_targets:', caught_at=2),
+           '        elif node.op == "get_attr" and node.target not in mutated_targets:',
+           caught_at=2, caught_by="argument_with_default"),
     Mutant("stores_over_an_existing_name", 'in taken or hasattr(gm, f"{FOLDED_NAME}_{index}"):', "in taken:",
-           caught_at=2),
+           caught_at=2, caught_by="attribute_names_taken"),
     Mutant("evaluates_with_autograd_on", EVALUATE,
            EVALUATE.replace("    with torch.no_grad():\n", "    if True:\n").replace(
-               "tree_map_only(torch.Tensor, torch.Tensor.detach, value)", "value"), caught_at=2),
+               "tree_map_only(torch.Tensor, torch.Tensor.detach, value)", "value"),
+               caught_at=2, caught_by="autograd_after_folding"),
     Mutant("evaluates_under_inference_mode", "    with torch.no_grad():\n        if node.op",
-           "    with torch.inference_mode():\n        if node.op", caught_at=2),
+           "    with torch.inference_mode():\n        if node.op", caught_at=2, caught_by="autograd_after_folding"),
     # torch.mul(b, 0.9, out=b) writes b: run at fold time, it writes the real buffer.
     Mutant("out_is_not_a_write", '    if node.kwargs.get("out") is not None:\n        written.append(node.kwargs["out"])\n',
-           "", caught_at=2),
+           "", caught_at=2, caught_by="buffer_written_through_out"),
     # torch.arange(5), torch.ones(3): no input nodes, so "all inputs constant" holds; this pass wants at least one.
     Mutant("never_folds_nodes_without_inputs", "if all(n in values for n in node.all_input_nodes):",
-           "if node.all_input_nodes and all(n in values for n in node.all_input_nodes):", caught_at=2),
+           "if node.all_input_nodes and all(n in values for n in node.all_input_nodes):",
+           caught_at=2, caught_by="constructors_without_inputs"),
     Mutant("one_get_attr_per_user", "        with graph.inserting_before(node):\n"
            "            stored = graph.get_attr(name)\n            node.replace_all_uses_with(stored)\n",
            "        for user in list(node.users):\n            with graph.inserting_before(user):\n"
-           "                user.replace_input_with(node, stored := graph.get_attr(name))\n", caught_at=2),
+           "                user.replace_input_with(node, stored := graph.get_attr(name))\n",
+           caught_at=2, caught_by="folded_value_read_twice"),
     # Folds a module call whose inputs are constant unless it is a Dropout (as torch.fx.experimental.const_fold
     # folds call_module nodes whole).
     Mutant("folds_modules_on_constants",
@@ -80,7 +86,7 @@ MUTANTS = [
            "                args = fx.node.map_arg(node.args, lambda n: values[n])\n"
            "                values[node] = gm.get_submodule(node.target)(*args).detach()\n"
            "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
-           caught_at=2),
+           caught_at=2, caught_by="module_on_constant"),
     # Returns a folded constant as it is, as torch.fx's split_const_subgraphs and Inductor's freezing do: every call
     # hands the caller the stored buffer itself, where the original returns a fresh tensor (graders/run/numerics.py).
     Mutant("returns_stored_values_as_they_are",

@@ -38,61 +38,68 @@ MUTANTS = [
     Mutant("rewrites_exp_of_log", "or relu_of_relu(node, modules)\n",
            "or relu_of_relu(node, modules)\n                       or (node.args[0].args[0] if node.target is "
            "torch.exp and getattr(node.args[0], 'target', None) is torch.log else None)\n", caught_at=2),
-    Mutant("ignores_broadcasting", "before.shape == after.shape and before.dtype", "before.dtype", caught_at=2),
+    Mutant("ignores_broadcasting", "before.shape == after.shape and before.dtype", "before.dtype",
+           caught_at=2, caught_by="broadcasting"),
     # Compares ranks, not shapes: (3, 1, 5) * ones(3, 4, 5) has x's rank and a larger shape.
     Mutant("compares_rank_not_shape", "before.shape == after.shape and",
-           "len(before.shape) == len(after.shape) and", caught_at=2),
+           "len(before.shape) == len(after.shape) and", caught_at=2, caught_by="broadcasting_same_rank"),
     Mutant("ignores_dtype_promotion", "before.shape == after.shape and before.dtype == after.dtype",
-           "before.shape == after.shape", caught_at=2),
+           "before.shape == after.shape", caught_at=2, caught_by="dtype_promotion"),
     Mutant("square_ignores_dtype", "\n                and meta(node.args[0]).dtype == meta(node).dtype)",
-           ")", caught_at=2),
+           ")", caught_at=2, caught_by="dtype_promotion"),
     # int ** 2.0 is float, so it refuses a float exponent on a non-float tensor; but bool ** 2 is int64, b * b bool.
     Mutant("square_checks_the_exponent_only", "\n                and meta(node.args[0]).dtype == meta(node).dtype)",
            "\n                and (type(node.args[1]) is int or meta(node.args[0]).dtype.is_floating_point))",
-           caught_at=2),
+           caught_at=2, caught_by="bool_squared"),
     Mutant("folds_parameter_equal_to_one", 'or op_kind(value, modules) == "ones"',
            'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
-           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))', caught_at=2),
+           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))',
+           caught_at=2, caught_by="plain_tensor_of_ones"),
     # Folds a parameter of ones only where it has x's own shape, so the result's shape cannot change.
     Mutant("folds_parameter_of_inputs_shape", '    if kind == "mul":\n',
            '    if (kind == "mul" and isinstance(b, fx.Node) and b.op == "get_attr" and meta(a) and meta(b)\n'
            '            and meta(b).shape == meta(a).shape\n'
            '            and bool((operator.attrgetter(b.target)(modules[""]) == 1).all())):\n'
-           '        return a\n    if kind == "mul":\n', caught_at=2),
+           '        return a\n    if kind == "mul":\n', caught_at=2, caught_by="plain_tensor_of_ones"),
     # 1 / x -> x and 0 - x -> x, as if / and - commuted like * and +.
     Mutant("div_and_sub_commute", "        return a if is_one(b, modules) else None\n",
-           "        return a if is_one(b, modules) else b if is_one(a, modules) else None\n", caught_at=2),
+           "        return a if is_one(b, modules) else b if is_one(a, modules) else None\n",
+           caught_at=2, caught_by="reversed_operands"),
     Mutant("sub_commutes", "return a if is_positive_zero(b, modules) else None",
-           "return a if is_positive_zero(b, modules) else b if is_positive_zero(a, modules) else None", caught_at=2),
+           "return a if is_positive_zero(b, modules) else b if is_positive_zero(a, modules) else None",
+           caught_at=2, caught_by="reversed_operands"),
     # Looks for in-place users of the node only: s.add_(1) after y = s * 1.0 then writes what y reads.
     Mutant("in_place_check_misses_replacement",
            "    return not written_through(node, modules) and not written_through(replacement, modules, skip=node)",
-           "    return not written_through(node, modules)", caught_at=2),
+           "    return not written_through(node, modules)", caught_at=2, caught_by="in_place_on_replacement"),
     # Looks at the direct users only: a write through a view (y.view(-1)[:2].add_(1)) goes unseen.
     Mutant("in_place_check_ignores_views",
            "            if user.op in (\"call_function\", \"call_method\") and _name(user) in VIEW_OPS and user.args \\\n",
-           "            if False and user.args \\\n", caught_at=2),
+           "            if False and user.args \\\n", caught_at=2, caught_by="in_place_through_a_view"),
     # A complex tensor treated as an integer one: * 1, / 1 and + 0 all dropped.
     Mutant("complex_as_integer", "    return meta(node).dtype.is_floating_point or meta(node).dtype.is_complex\n",
-           "    return meta(node).dtype.is_floating_point\n", caught_at=2),
+           "    return meta(node).dtype.is_floating_point\n", caught_at=2, caught_by="complex_identities"),
     Mutant("complex_times_one_is_complex", "    if kind in (\"mul\", \"div\") and any(isinstance(v, fx.Node) and is_complex(v) for v in (a, b)):\n"
-           "        return None", "    if False:\n        return None", caught_at=2),
+           "        return None", "    if False:\n        return None", caught_at=2, caught_by="complex_identities"),
     # A tensor attribute of ones that is no parameter (self.unit, torch.ones(5) traced to _tensor_constant0) as 1.
     Mutant("tensor_attribute_of_ones_is_one", 'or op_kind(value, modules) == "ones"',
            'or op_kind(value, modules) == "ones" or (isinstance(value, fx.Node) and value.op == "get_attr" '
            'and value.target not in dict(modules[""].named_parameters()) '
-           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))', caught_at=2),
+           'and bool((operator.attrgetter(value.target)(modules[""]) == 1).all()))',
+           caught_at=2, caught_by="plain_tensor_of_ones"),
     # Removes a cancelling pair as a unit: the inner permute's other users are pointed at x too.
     Mutant("erases_inner_of_a_pair", "        graph.erase_node(node)\n        for input_node in inputs:\n",
            "        graph.erase_node(node)\n"
            "        if op_kind(node, modules) in ('permute', 'transpose', 't'):\n"
            "            inputs[0].replace_all_uses_with(replacement)\n"
-           "        for input_node in inputs:\n", caught_at=2),
+           "        for input_node in inputs:\n", caught_at=2, caught_by="permute_pair_with_other_user"),
     Mutant("same_permutation_twice_cancels", "all(p[q[i]] == i for i in range(rank))", "p == q", caught_at=2),
     Mutant("negative_dims_not_normalised", "return [d % rank for d in dims]", "return list(dims)", caught_at=2),
-    Mutant("ignores_rounding_mode", 'len(node.args) != 2 or node.kwargs:', 'len(node.args) != 2:', caught_at=2),
+    Mutant("ignores_rounding_mode", 'len(node.args) != 2 or node.kwargs:', 'len(node.args) != 2:',
+           caught_at=2, caught_by="div_with_rounding_mode"),
     Mutant("ignores_in_place_users",
-           "        if not aliasing_is_safe(node, replacement, modules):\n            continue\n", "", caught_at=2),
+           "        if not aliasing_is_safe(node, replacement, modules):\n            continue\n", "",
+           caught_at=2, caught_by="in_place_on_replacement"),
     Mutant("collapses_any_repeated_function",
            'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu":',
            'if (op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu") or (isinstance(inner, fx.Node) '
@@ -100,7 +107,8 @@ MUTANTS = [
            caught_at=2),
     # Knows a relu by "relu" in its name: relu6(relu(x)) -> relu(x), relu(leaky_relu(x)) -> leaky_relu(x).
     Mutant("relu_by_name", 'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu":',
-           f'if isinstance(inner, fx.Node) and all("relu" in {NAME}.lower() for n in (node, inner)):', caught_at=2),
+           f'if isinstance(inner, fx.Node) and all("relu" in {NAME}.lower() for n in (node, inner)):',
+           caught_at=2, caught_by="relu_lookalikes"),
     Mutant("misses_nn_relu_modules", 'MODULES = {nn.ReLU: "relu"}', "MODULES = {}", caught_at=2),
     Mutant("top_level_module_names_only", "return MODULES.get(type(modules.get(node.target)))",
            'return MODULES.get(type(getattr(modules[""], node.target, None)))', caught_at=4),

@@ -24,13 +24,14 @@ MUTANTS = [
            "MODULE_KINDS = {}", caught_at=2),
     Mutant("crosses_multi_user_node", ONE_USER, "if source in elementwise and len(source.users) >= 1:", caught_at=2),
     Mutant("graph_output_as_interior", ONE_USER,
-           "if source in elementwise and len([u for u in source.users if u.op != 'output']) == 1:", caught_at=2),
+           "if source in elementwise and len([u for u in source.users if u.op != 'output']) == 1:",
+           caught_at=2, caught_by="find_graph_output_interior"),
     Mutant("treats_inplace_methods_as_elementwise", "return METHOD_KINDS.get(node.target)",
-           "return METHOD_KINDS.get(node.target.rstrip('_'))", caught_at=2),
+           "return METHOD_KINDS.get(node.target.rstrip('_'))", caught_at=2, caught_by="find_inplace_ops_break"),
     Mutant("ignores_inplace_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
-           'if "out" in node.kwargs:', caught_at=2),
+           'if "out" in node.kwargs:', caught_at=2, caught_by="find_inplace_ops_break"),
     Mutant("treats_dropout_as_elementwise", '    torch.tanh: "tanh",\n', '    torch.tanh: "tanh", F.dropout: "neg",\n',
-           caught_at=2),
+           caught_at=2, caught_by="find_random_ops_break"),
     Mutant("keeps_single_node_chains", "if node in successor and node not in has_predecessor:",
            "if node in elementwise and node not in has_predecessor:", caught_at=2),
     Mutant("picks_last_eligible_input", "for source in node.all_input_nodes:",
@@ -53,44 +54,49 @@ MUTANTS = [
            "            return order.index(s)\n"
            "\n"
            "        if eligible:\n"
-           "            successor[min(eligible, key=started)] = node\n", caught_at=2),
+           "            successor[min(eligible, key=started)] = node\n",
+           caught_at=2, caught_by="find_join_first_input_started_later"),
     # Ops that act elementwise but are not among the README's ten join chains (run out of place, exactly).
     Mutant("treats_look_alikes_as_elementwise", '    torch.tanh: "tanh",\n',
-           '    torch.tanh: "tanh", torch.clamp: "abs", torch.sqrt: "abs", F.gelu: "abs",\n', caught_at=2),
+           '    torch.tanh: "tanh", torch.clamp: "abs", torch.sqrt: "abs", F.gelu: "abs",\n',
+           caught_at=2, caught_by="find_look_alikes_break"),
     # Rewrites the nodes in positional args only: a value passed by keyword (torch.sigmoid(input=v)) stays a
     # graph node inside the fused module's plan, and running it fails.
     Mutant("plans_positional_arguments_only", "map_arg(node.kwargs, to_template)))", "dict(node.kwargs)))",
-           caught_at=2),
+           caught_at=2, caught_by="fuse_value_by_keyword"),
     # "add and mul commute": puts the chain's value first, alpha= or not (torch.add(y, v, alpha=3) is y + 3v).
     Mutant("commutes_add_with_alpha", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)))",
            "(lambda a: a[::-1] if elementwise_kind(node, modules) in ('add', 'mul') and len(a) == 2 "
            "and a[1] is CHAIN_VALUE else a)(map_arg(node.args, to_template)), map_arg(node.kwargs, to_template)))",
-           caught_at=2),
+           caught_at=2, caught_by="fuse_alpha_on_the_value"),
     Mutant("orders_chains_by_name", "    return chains\n", "    return sorted(chains, key=lambda c: c[0].name)\n",
-           caught_at=2),
+           caught_at=2, caught_by="find_chains_in_graph_order"),
     Mutant("inserts_fused_node_at_head", "with gm.graph.inserting_before(tail):",
-           "with gm.graph.inserting_before(chain[0]):", caught_at=2),
+           "with gm.graph.inserting_before(chain[0]):", caught_at=2, caught_by="fuse_operand_defined_mid_chain"),
     Mutant("puts_chain_value_first", "map_arg(node.args, to_template), map_arg(node.kwargs, to_template)",
            "tuple(sorted(map_arg(node.args, to_template), key=lambda a: a is not CHAIN_VALUE)), "
-           "map_arg(node.kwargs, to_template)", caught_at=2),
+           "map_arg(node.kwargs, to_template)", caught_at=2, caught_by="fuse_reversed_operands"),
     # Runs `value.add_(tensor)` in place too: wrong where the tensor operand promotes the dtype (a float64
     # operand of a float32 value), or, untiled, where it broadcasts the value larger.
     Mutant("in_place_with_tensor_operand",
            "by_a_number = len(step.args) == 2 and isinstance(step.args[1], (int, float))",
-           "by_a_number = len(step.args) == 2", caught_at=2),
+           "by_a_number = len(step.args) == 2", caught_at=2, caught_by="fuse_tensor_operand_promotes"),
     # Runs in place on a value that may be an integer tensor: `v.div_(2)` cannot promote it to float.
-    Mutant("ignores_dtype_promotion", "and float_tensor and before.kind", "and before.kind", caught_at=2),
+    Mutant("ignores_dtype_promotion", "and float_tensor and before.kind", "and before.kind",
+           caught_at=2, caught_by="fuse_dtype_promotion"),
     # Overwrites a sigmoid's or relu's output, which their backward reads: outputs right, backward raises.
-    Mutant("in_place_under_autograd", "and before.kind not in SAVES_RESULT:", ":", caught_at=2),
+    Mutant("in_place_under_autograd", "and before.kind not in SAVES_RESULT:", ":",
+           caught_at=2, caught_by="fuse_under_autograd"),
     # The head step writes into the tensor it reads (the caller's input) when it has an in-place form.
     Mutant("writes_into_its_input", "    planned = [steps[0]]  # the head",
            "    head = steps[0]\n"
            "    head_in_place = _in_place(Step(head.kind, head.op, head.target, (CHAIN_VALUE, *head.args[1:]), head.kwargs))\n"
            "    planned = [Step(head.kind, 'call_method', head.kind + '_', head.args, head_in_place.kwargs)\n"
-           "               if head_in_place else head]  # the head", caught_at=2),
+           "               if head_in_place else head]  # the head", caught_at=2, caught_by="fuse_multi_user_interior"),
     # Runs the chain without autograd (for speed): the outputs are right, but no gradient flows back.
     Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        chain = self.chain",
-           "    @torch.no_grad()\n    def forward(self, *inputs):\n        chain = self.chain", caught_at=2),
+           "    @torch.no_grad()\n    def forward(self, *inputs):\n        chain = self.chain",
+           caught_at=2, caught_by="fuse_under_autograd"),
     Mutant("modules_by_attribute_name", "        module = modules.get(node.target)\n",
            "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
            "        module = modules.get(node.target)\n", caught_at=4),
@@ -104,12 +110,12 @@ MUTANTS = [
     Mutant("reuses_one_buffer_untiled", "\nTILES = 64\n", "\nTILES = 1\n", caught_at=3),
     # Lets a call with out= join a chain: it writes into a tensor that others hold.
     Mutant("ignores_out_kwarg", 'if "out" in node.kwargs or node.kwargs.get("inplace", False):',
-           'if node.kwargs.get("inplace", False):', caught_at=2),
+           'if node.kwargs.get("inplace", False):', caught_at=2, caught_by="find_out_keyword_breaks"),
     # Deletes each fused call_module's module from the GraphModule, though another node may still call it.
     Mutant("deletes_modules_still_called", "            gm.graph.erase_node(node)\n",
            "            gm.graph.erase_node(node)\n"
            "            if node.op == 'call_module':\n"
-           "                gm.delete_submodule(node.target)\n", caught_at=2),
+           "                gm.delete_submodule(node.target)\n", caught_at=2, caught_by="fuse_module_called_twice"),
 ]
 
 VARIANTS = [

@@ -154,5 +154,8 @@ MUTANTS = [
 
 SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
 
+# Each check built for a mutant fails it on the verifier's report, with the case's hint (graders/dev/mutation.py).
+CAUGHT_WITH_A_HINT = True
+
 # The verifiers that time the wrong thing: the speed level's dead_code_speedup must fail them too.
 TIMES_WRONG = ["times_the_original_against_itself", "speedup_always_one"]

@@ -48,15 +48,16 @@ MUTANTS = [
     Mutant("real_tensor_as_meta_val", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
            'node.meta["val"] = value', caught_at=1),
     Mutant("folds_only_the_first_pair", "        graph.erase_node(bn)\n", "        graph.erase_node(bn)\n        break\n",
-           caught_at=1),
+           caught_at=1, caught_by="two_pairs"),
     Mutant("output_spec_not_renamed", "    output_specs = [replace(s, arg=TensorArgument(out.name))",
-           "    output_specs = [replace(s, arg=s.arg)", caught_at=2),
+           "    output_specs = [replace(s, arg=s.arg)", caught_at=2, caught_by="bn_output_is_model_output"),
     Mutant("folds_multi_user_conv", "conv.target is CONVOLUTION and len(conv.users) == 1)",
-           "conv.target is CONVOLUTION)", caught_at=2),
+           "conv.target is CONVOLUTION)", caught_at=2, caught_by="conv_output_used_twice"),
     Mutant("folds_through_a_relu", "    conv = bn.args[0]\n",
            "    conv = bn.args[0]\n    while conv.target is aten.relu.default:\n        conv = conv.args[0]\n",
-           caught_at=2),
-    Mutant("folds_transposed_conv", "    if conv.args[6]:  # transposed", "    if False:  # transposed", caught_at=2),
+           caught_at=2, caught_by="bn_after_relu"),
+    Mutant("folds_transposed_conv", "    if conv.args[6]:  # transposed", "    if False:  # transposed",
+           caught_at=2, caught_by="conv_transpose"),
     # Any batch_norm op, whatever outputs are read: the training-mode one's args are (input, weight, bias, mean,
     # var, training, momentum, eps), and its outputs 3 and 4 are the running statistics written back.
     Mutant("folds_any_batch_norm", """        if bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
@@ -65,21 +66,22 @@ MUTANTS = [
             continue  # only the normalised output may be read (a loaded program has getitems for all three)
 """, """        if "batch_norm" not in str(bn.target):
             continue
-""", caught_at=2),
+""", caught_at=2, caught_by="bn_in_training_mode"),
     # Folds into the convolution's own weight parameter: a second convolution reading it changes too.
     Mutant("folds_into_the_shared_weight", NEW_WEIGHT,
            "        state_dict[name] = nn.Parameter(weight, requires_grad=False)\n"
            "        conv.args = (conv.args[0], conv.args[1],\n"
            "                     parameter(f\"{name.rpartition('.')[0] or name}.bias_folded\", bias), *conv.args[3:])\n",
-           caught_at=2),
+           caught_at=2, caught_by="conv_called_twice"),
     # A contiguous folded weight: the values agree, but a channels_last model now returns its output in another
     # layout than the given program does (and than its meta['val'] records, unless the pass derives it again).
     Mutant("contiguous_folded_weight", "    return weight.to(dtype), bias.to(dtype)",
-           "    return weight.to(dtype).contiguous(), bias.to(dtype)", caught_at=2),
+           "    return weight.to(dtype).contiguous(), bias.to(dtype)", caught_at=2, caught_by="channels_last"),
     Mutant("meta_val_in_float32", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
-           'node.meta["val"] = fake_mode.from_tensor(value.float(), static_shapes=True)', caught_at=2),
+           'node.meta["val"] = fake_mode.from_tensor(value.float(), static_shapes=True)',
+           caught_at=2, caught_by="float64"),
     Mutant("drops_range_constraints", "        range_constraints=ep.range_constraints,", "        range_constraints={},",
-           caught_at=2),
+           caught_at=2, caught_by="dynamic_batch"),
     # Inductor's efficient_conv_bn_eval: the folded weight computed in the graph, on every call. Exact, no BN left,
     # but each call now writes a weight-sized tensor per convolution where the BN wrote an activation.
     Mutant("folds_at_run_time", NEW_WEIGHT, RUN_TIME_FOLD, caught_at=3),

@@ -15,7 +15,7 @@ MUTANTS = [
     # Reads sizes as Python ints: right on every static graph, but on a symbolic trace int(s0) specializes the
     # batch, and the ShapeEnv records the guard Eq(s0, 7): the graph is declared valid for that batch only.
     Mutant("reads_concrete_sizes", "statically_known_true(a == b) for a, b in zip(s.shape, r.shape)",
-           "int(a) == int(b) for a, b in zip(s.shape, r.shape)", caught_at=2),
+           "int(a) == int(b) for a, b in zip(s.shape, r.shape)", caught_at=2, caught_by="symbolic_batch"),
     Mutant("allows_self_twice", " or node.args.count(self_node) > 1:", ":", caught_at=2),
     Mutant("ignores_other_aliases", "any(same(storage[a], key) for a in others) or ", "", caught_at=2),
     # Looks only at the users of self itself, not at those of its views (or of the tensor it is a view of).
@@ -33,7 +33,8 @@ MUTANTS = [
     Mutant("refuses_returned_inputs", "            undone = []\n        elif scatter_view is not None:",
            "            if any(u.op == \"output\" for a in aliases(storage[node]) for u in a.users):\n"
            "                continue\n            undone = []\n        elif scatter_view is not None:", caught_at=2),
-    Mutant("no_scatter_round_trips", "SCATTER_VIEWS = {\n", "SCATTER_VIEWS = {} and {\n", caught_at=2),
+    Mutant("no_scatter_round_trips", "SCATTER_VIEWS = {\n", "SCATTER_VIEWS = {} and {\n",
+           caught_at=2, caught_by="select_scatter_round_trip"),
     # Finds the in-place variant under the op's own overload name: pow.Tensor_Scalar's is pow_.Scalar.
     Mutant("same_overload_name_only", "    for name in packet.overloads():",
            "    for name in [n for n in packet.overloads() if n == op._overloadname]:", caught_at=3),

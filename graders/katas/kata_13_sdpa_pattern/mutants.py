@@ -9,20 +9,23 @@ DIV_PATTERNS = ("    for search, replace, with_mask in [(attention_div, sdpa_div
 MUTANTS = [
     NO_OP,
     Mutant("forgets_recompile", "    gm.graph.lint()\n    gm.recompile()\n", "    gm.graph.lint()\n", caught_at=1),
-    Mutant("returns_whether_changed", "    return replaced\n", "    return int(replaced > 0)\n", caught_at=2),
+    Mutant("returns_whether_changed", "    return replaced\n", "    return int(replaced > 0)\n",
+           caught_at=2, caught_by="two_blocks"),
     # Only the division: scores * (1/sqrt(d)) is another ATen graph (aten.mul), and so is a masked one.
     Mutant("division_pattern_only", DIV_PATTERNS, "    for search, replace, with_mask in [(attention_div, sdpa_div, False)]:\n",
            caught_at=2),
     Mutant("no_mask_patterns", DIV_PATTERNS,
            "    for search, replace, with_mask in [(attention_div, sdpa_div, False), (attention_mul, sdpa_mul, False)]:\n",
-           caught_at=2),
+           caught_at=2, caught_by="additive_mask"),
     # SDPA's default scale is 1/sqrt(head dim): right for the usual model, wrong for any other scale.
     Mutant("replacement_keeps_default_scale",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n",
-           "    return aten.scaled_dot_product_attention(query, key, value)\n", caught_at=2),
+           "    return aten.scaled_dot_product_attention(query, key, value)\n",
+           caught_at=2, caught_by="non_default_scale_div"),
     Mutant("no_extra_check", "                             extra_check=attention_extra_check)\n", "                             )\n",
-           caught_at=2),
-    Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n", caught_at=2),
+           caught_at=2, caught_by="scale_in_a_tensor_parameter"),
+    Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n",
+           caught_at=2, caught_by="query_and_value_dtypes_differ"),
     # Branches on a size symbol in extra_check: the batch < 100 holds for the traced one, so the match goes on, but
     # the ShapeEnv records the guard: the graph is declared valid for batches below 100 only (divided_by_sqrt_d's
     # batch is symbolic).
@@ -31,7 +34,8 @@ MUTANTS = [
     # The mask is added after the scaling in the pattern; with the replacement's mask forgotten, outputs move.
     Mutant("mask_dropped_in_replacement",
            "    return aten.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0 / inv_scale)\n",
-           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n", caught_at=2),
+           "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n",
+           caught_at=2, caught_by="additive_mask"),
     # Scale inverted in the multiplying replacement: right only where scale is its own inverse.
     # One replacement for all: the unmasked ones pass a mask of zeros, which computes the scores in full again.
     Mutant("zero_mask_for_unmasked_attention",
