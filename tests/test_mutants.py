@@ -4,7 +4,8 @@ and its no-op fails the speed level: on the exact byte count where the manifest 
 memory-traffic count where it sets a traffic limit (kata 08), on the clock otherwise."""
 import pytest
 
-from graders.frame.catalogue import KATAS, load_grader
+from graders.frame.catalogue import KATAS, REPO_ROOT, load_grader
+from graders.run.session import grade
 from graders.dev.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
                                   assert_no_op_moves_too_much, assert_no_op_writes_too_much, kata_mutants)
 
@@ -38,3 +39,10 @@ def test_no_op_fails_the_speed_level(kata, tmp_path):
         assert_no_op_moves_too_much(tmp_path, kata, no_op)
     else:
         assert_no_op_is_timed_too_slow(tmp_path, kata, no_op)
+
+
+def test_the_check_built_for_a_mutant_runs_first_at_its_level():
+    """`grade(first=...)` runs the named check before the others of its level, so a mutant's level stops there."""
+    last = load_grader("04_dce").checks_at(2)[-1].name
+    results = grade("04_dce", REPO_ROOT / "katas", seed=0, levels=(2,), stop_at_failure=True, first=last)
+    assert [(r.check, r.passed) for r in results] == [(last, False)]  # the stub fails it, and grading stops
