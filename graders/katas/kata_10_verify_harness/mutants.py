@@ -3,9 +3,9 @@
 In this kata the learner writes the verifier, so a mutant is a verifier with one blind spot.
 tests/test_mutants.py proves each is caught first at its level, and by the check of that level named in its
 `caught_by`, the case built for that blind spot (so each battery pass's claimed subtlety is itself tested).
-The two that time the wrong thing (TIMES_WRONG) are caught first at level 2, by a pass whose model cannot run
-(the speedup must be nan); tests/test_kata_10_verify_harness.py proves the speed check built for them,
-dead_code_speedup, fails them too.
+The two that time the wrong thing, times_the_original_against_itself and speedup_always_one, are caught first
+at level 2, by a pass whose model cannot run (the speedup must be nan); tests/test_kata_10_verify_harness.py
+proves the speed check built for them, dead_code_speedup, fails them too.
 
 There is no NO_OP here: the learner's function is a verifier, not a pass, so "changes nothing" has no
 meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE), is an ordinary mutant
@@ -156,6 +156,3 @@ SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
 
 # Each check built for a mutant fails it on the verifier's report, with the case's hint (graders/dev/mutation.py).
 CAUGHT_WITH_A_HINT = True
-
-# The verifiers that time the wrong thing: the speed level's dead_code_speedup must fail them too.
-TIMES_WRONG = ["times_the_original_against_itself", "speedup_always_one"]
