@@ -85,6 +85,24 @@ def equal(a, b, guards: bool = True) -> None:
         assert torch.equal(t, u) and t.data_ptr() != u.data_ptr()
 
 
+def test_a_channels_last_program_saves_exactly_and_without_torchs_warning():
+    """torch's archive writer warns about every weight that is not contiguous ("No complete tensor found in the
+    group"), then writes its whole storage, strides and offset: on the CPU an exact copy. The judge's own save of
+    kata 11's channels_last case put that warning in the learner's grading output; save_program keeps it out."""
+    import warnings
+
+    model = conv_bn(lambda m, x: m.bn(m.conv(x))).to(memory_format=torch.channels_last)
+    program = torch_private.export(model, X)
+    assert not next(iter(program.state_dict.values())).is_contiguous()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        back = exported.round_trip(program)
+    assert not [w for w in caught if "No complete tensor" in str(w.message)], [str(w.message) for w in caught]
+    equal(back, program, guards=False)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    assert torch.equal(back.module()(x), program.module()(x))
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("exports_first", [True, False], ids=["exported", "loaded"])
 def test_a_program_is_copied_without_a_save_equal_and_independent(monkeypatch, dynamic, exports_first):
