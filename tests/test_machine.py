@@ -282,6 +282,46 @@ def test_each_teams_tree_gets_a_nursery_of_its_own_and_idle_ones_are_closed(tmp_
     assert not any(path.exists() for paths in seen.values() for path in paths)
 
 
+def test_jobs_of_one_tree_that_stage_its_file_at_once_each_get_it_whole(monkeypatch):
+    """A team that submits one file twice: two jobs of one tree (one key, one folder) stage its kata's solution file
+    at the same moment. Each gets the whole file and none fails. Before, both wrote one `solution.part` and the second
+    rename found it gone: that job failed and the resubmission scored 0 (tests/test_arena_load.py, once in a full run;
+    eight jobs at a barrier failed 49 rounds of 50)."""
+    from graders.competition import nurseries
+
+    class Started:  # no sandbox: what is claimed here is the staging
+        socket_path = None
+
+        def alive(self):
+            return True
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(nurseries, "_start", lambda solutions, sockets, limits: Started())
+    source = (REPO_ROOT / "reference" / "04_dce" / "solution.py").read_bytes()
+    for round_ in range(5):
+        key, barrier, outcomes = f"ada\0one file twice {round_}", threading.Barrier(8), []
+
+        def job():
+            barrier.wait()
+            try:
+                with nurseries.team_nursery(key, "04_dce", source) as (tree, _):
+                    outcomes.append(((tree / "04_dce" / "solution.py").read_bytes() == source, tree))
+            except Exception as exc:  # noqa: BLE001 - the failure this test is about
+                outcomes.append((repr(exc), None))
+
+        threads = [threading.Thread(target=job) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [whole for whole, _ in outcomes] == [True] * 8, outcomes
+        assert len({tree for _, tree in outcomes}) == 1  # one tree, one folder
+        assert sorted(p.name for p in (outcomes[0][1] / "04_dce").iterdir()) == ["solution.py"]  # nothing left over
+    nurseries.close_all()
+
+
 def test_without_a_nursery_a_job_still_grades_its_workers_started_one_by_one(tmp_path, monkeypatch):
     """A nursery that cannot start (here: a socket path longer than a Unix socket allows) costs speed, not
     points: team_nursery hands out no socket, and the judge starts each worker itself."""

@@ -99,12 +99,7 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
         _close(stale)
     try:
         if source is not None:
-            (team.solutions / kata).mkdir(exist_ok=True)
-            staged = team.solutions / kata / "solution.py"
-            if not staged.exists():
-                temporary = staged.with_suffix(".part")
-                temporary.write_bytes(source)
-                temporary.rename(staged)  # whole or absent, for a job of the same kata beside this one
+            _stage(team.solutions / kata / "solution.py", source)
         try:
             socket_path = team.started.result().socket_path
         except Exception:  # noqa: BLE001 - no nursery: the judge starts each worker itself, as off the fleet
@@ -118,6 +113,27 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
         later = threading.Timer(IDLE_SECONDS + 1.0, _sweep)  # the sweep that finds it idle, if no job ends first
         later.daemon = True
         later.start()
+
+
+def _stage(staged: Path, source: bytes) -> None:
+    """Write `source` as `staged`, whole or not at all, where another job of the same tree's kata may be staging the
+    same bytes at the same moment (a team that submitted one file twice: one key, one folder). Each job writes a
+    file of its own, then links it in under the name unless the other's is there already. Before, both wrote one
+    `solution.part`, and the second rename found it gone: that job failed, and the team's resubmission scored 0."""
+    staged.parent.mkdir(exist_ok=True)
+    if staged.exists():
+        return
+    fd, temporary = tempfile.mkstemp(dir=staged.parent, prefix=".staging-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(source)
+        os.chmod(temporary, 0o644)
+        try:
+            os.link(temporary, staged)
+        except FileExistsError:  # the other job's, whole: the same tree has the same bytes
+            pass
+    finally:
+        os.unlink(temporary)
 
 
 def _sweep() -> None:
