@@ -15,6 +15,7 @@ May import: graders.frame, graders.isolation (the nursery).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
@@ -118,8 +119,9 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
 def _stage(staged: Path, source: bytes) -> None:
     """Write `source` as `staged`, whole or not at all, where another job of the same tree's kata may be staging the
     same bytes at the same moment (a team that submitted one file twice: one key, one folder). Each job writes a
-    file of its own, then links it in under the name unless the other's is there already. Before, both wrote one
-    `solution.part`, and the second rename found it gone: that job failed, and the team's resubmission scored 0."""
+    file of its own and renames it over the name: whichever lands last, the file is whole and its bytes the same
+    (one key, one content hash). Before, both wrote one `solution.part`, and the second rename found it gone: that
+    job failed, and the team's resubmission scored 0."""
     staged.parent.mkdir(exist_ok=True)
     if staged.exists():
         return
@@ -127,13 +129,12 @@ def _stage(staged: Path, source: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(source)
-        os.chmod(temporary, 0o644)
-        try:
-            os.link(temporary, staged)
-        except FileExistsError:  # the other job's, whole: the same tree has the same bytes
-            pass
-    finally:
-        os.unlink(temporary)
+        os.chmod(temporary, 0o644)  # the mode it had before under the usual umask (mkstemp makes 0600)
+        os.replace(temporary, staged)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _sweep() -> None:
