@@ -15,7 +15,6 @@ May import: graders.frame, graders.isolation (the nursery).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graders.frame.machinelock import MachineLock, default_path
-from graders.frame.scratch import claim_folder
+from graders.frame.scratch import claim_folder, write_whole
 from graders.isolation.nursery import Limits, Nursery, open_nursery
 
 IDLE_SECONDS, KEEP_IDLE = 60.0, 2
@@ -117,24 +116,13 @@ def team_nursery(key: str, kata: str, source: bytes | None, memory_gb: float = L
 
 
 def _stage(staged: Path, source: bytes) -> None:
-    """Write `source` as `staged`, whole or not at all, where another job of the same tree's kata may be staging the
-    same bytes at the same moment (a team that submitted one file twice: one key, one folder). Each job writes a
-    file of its own and renames it over the name: whichever lands last, the file is whole and its bytes the same
-    (one key, one content hash). Before, both wrote one `solution.part`, and the second rename found it gone: that
-    job failed, and the team's resubmission scored 0."""
+    """Write `source` as `staged` where another job of the same tree's kata may be staging the same bytes at the
+    same moment (a team that submitted one file twice: one key, one folder, one content hash): each job writes a file
+    of its own and renames it over the name (`write_whole`). Before, both wrote one `solution.part`, and the second
+    rename found it gone: that job failed, and the team's resubmission scored 0."""
     staged.parent.mkdir(exist_ok=True)
-    if staged.exists():
-        return
-    fd, temporary = tempfile.mkstemp(dir=staged.parent, prefix=".staging-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(source)
-        os.chmod(temporary, 0o644)  # the mode it had before under the usual umask (mkstemp makes 0600)
-        os.replace(temporary, staged)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    if not staged.exists():
+        write_whole(staged, source, mode=0o644)  # the mode it had before under the usual umask
 
 
 def _sweep() -> None:

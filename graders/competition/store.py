@@ -4,7 +4,7 @@ Each `score.py --team NAME` run is stored as one JSON file under results/<team>/
 regenerated from all stored runs, never edited by hand. Storing and regenerating happen under one
 file lock, so runs that finish at the same time lose no row.
 
-May import: the standard library.
+May import: the standard library and graders.frame (scratch: write_whole).
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from graders.frame.scratch import write_whole
 
 
 SCHEMA = "fx-katas/results/1"
@@ -77,12 +78,8 @@ def store_run(results_dir: Path, run: dict) -> Path:
     team_dir = results_dir / safe_team_dir(run["team"])
     team_dir.mkdir(parents=True, exist_ok=True)
     stamp = re.sub(r"[^0-9T]", "", run["timestamp"][:19])
-    fd, tmp = tempfile.mkstemp(dir=team_dir, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(run, f, indent=1)
-    os.chmod(tmp, 0o644)
     path = team_dir / f"{stamp}-{run['solutions_hash'][:8]}-{os.getpid()}.json"
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(run, indent=1).encode(), mode=0o644)
     return path
 
 
@@ -159,12 +156,9 @@ def source_hash(source: bytes | None) -> str | None:
 
 
 def _json_files(folder: Path) -> list[Path]:
-    """The JSON files one level down, without the .tmp-*.json a writer killed before its os.replace leaves."""
+    """The JSON files one level down, without the dot file a writer killed before its rename leaves (write_whole)."""
     return sorted(path for path in folder.glob("*/*.json") if not path.name.startswith("."))
 
 
 def _write(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data).encode())

@@ -4,7 +4,9 @@ nobody holds. A SIGKILL runs no clean-up; before, it left grading's scratch fold
 a killed organiser's staging folder (with every team's solution.py) in /tmp for good.
 
 Used by score.py's staging, the grading processes' scratch (graders/batch/processes.py) and the nurseries'
-socket folders (graders/competition/nurseries.py).
+socket folders (graders/competition/nurseries.py). Files written whole or not at all (`write_whole`): the stored
+runs and job results (graders/competition/store.py), the export cache (graders/run/exported.py), a team's
+staged solution files (graders/competition/nurseries.py).
 
 May import: the standard library only.
 """
@@ -56,3 +58,22 @@ def claimed_folder(prefix: str, base: Path | None = None) -> Iterator[Path]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         claim.close()
+
+
+def write_whole(path: Path, data: bytes, mode: int | None = None) -> None:
+    """`data` as `path`, whole or not at all: written to a file of this call's own beside it (a dot file, which no
+    reader lists), then renamed over `path`. Writers of the same path at once each land whole, the last one wins.
+    `mode`: the file's permissions (mkstemp makes it 0600)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise

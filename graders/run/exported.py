@@ -30,7 +30,6 @@ import hashlib
 import operator
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +39,7 @@ import torch.nn as nn
 
 from graders.frame.levels import CheckFailed
 from graders.frame.lifetimes import FIRST_TRACE, long_lived
+from graders.frame.scratch import write_whole
 from graders.isolation import torch_private
 
 ExportedProgram = torch.export.ExportedProgram
@@ -204,15 +204,7 @@ def _write(entry: Path, data: bytes) -> None:
     written is no cache, and no failure."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-            os.replace(temporary, entry)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_whole(entry, data)
         entries = sorted(entry.parent.glob("*.pt2"), key=lambda path: path.stat().st_mtime)
         for old in entries[:max(0, len(entries) - KEPT)]:
             old.unlink(missing_ok=True)
