@@ -48,7 +48,7 @@ MM_TO_ADDMM = (MM_TO_ADDMM_TAIL
 assert MM_TO_ADDMM != MM_TO_ADDMM_TAIL and "TRACED_ADDMM if index" in MM_TO_ADDMM
 
 NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n",
-caught_at=1, caught_by="two_layer_mlp")
+               caught_at=1, caught_by="two_layer_mlp")
 
 MUTANTS = [
     # Takes a bias the graph knows nothing of (computed in forward) for one that fits.
