@@ -1,6 +1,7 @@
 """What a fleet worker machine runs its grading with: the machine lock (graders/frame/machinelock.py) and
 grading processes forked from the zygote (graders/batch/zygote.py), with real processes and real files."""
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ def test_a_timing_waits_for_the_checks_that_run_and_goes_before_those_that_start
     check.take(exclusive=False)
     timer = threading.Thread(target=lambda: (timing.take(exclusive=True), time.sleep(0.2), timing.release()))
     timer.start()
-    time.sleep(0.3)  # the timing waits in the turnstile for the check
+    assert eventually(lambda: held(path.with_name(path.name + ".turnstile")))  # the timing waits in it for the check
     follower = threading.Thread(target=lambda: (later.take(exclusive=False), later.release()))
     follower.start()
     time.sleep(0.3)
@@ -42,6 +43,16 @@ def test_a_timing_waits_for_the_checks_that_run_and_goes_before_those_that_start
     follower.join(10)
     assert events(log) == [("check", "shared"), ("timing", "wait"), ("check", "release"), ("timing", "exclusive"),
                            ("timing", "release"), ("later", "shared"), ("later", "release")]
+
+
+def held(path: Path) -> bool:
+    """Whether an open file holds `path`'s flock: a try of our own that must not wait fails."""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_CREAT, 0o666), "rb") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False  # closing the probe lets go
 
 
 def test_holding_it_shared_a_process_turns_it_exclusive_and_back(tmp_path):
