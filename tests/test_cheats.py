@@ -114,9 +114,32 @@ def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -
     returncode = process.wait(timeout=600)
     graded = Graded(returncode, output.read_text())
     assert records.exists(), graded.output
-    if cheat.lingers:
-        time.sleep(1.0)  # time enough for what the cheat left running to rewrite the records
+    if cheat.lingers:  # what the cheat left running has done what it could (or is gone) before the records are read
+        assert eventually_none(lambda: processes_naming(str(tmp_path)), timeout=90), processes_naming(str(tmp_path))
     return graded, json.loads(records.read_text())["results"]
+
+
+def processes_naming(text: str) -> list[int]:
+    """The live processes (not this one) whose command line holds `text`: a worker of a tree under it, a process
+    a worker forked (a zombie's command line is empty)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if text.encode() in open(f"/proc/{entry}/cmdline", "rb").read():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def eventually_none(find, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while find():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_every_cheat_file_has_a_case():
@@ -200,6 +223,26 @@ def test_isolated_cheat_is_rejected_or_harmless(tmp_path, cheat, nursery):
         if r["level"] == 3:
             assert r["figures"]["aten_ops_after"] == HONEST_ATEN_OPS_AFTER, r["figures"]
             assert r["figures"]["bytes_written_after"] == HONEST_BYTES_WRITTEN_AFTER, r["figures"]
+
+
+def test_the_records_cheat_rewrites_the_records_of_a_grading_it_runs_in(tmp_path):
+    """The control of the isolated test above: where the cheat runs in the grading process itself (a learner's
+    own grading; organiser mode never grades so), its detached process finds the records file and rewrites it,
+    full marks and 9.99x. So the records that come back unchanged isolated are the sandbox's doing, not a cheat
+    that never found them (a grading process forked by the zygote keeps the zygote's command line, where the
+    cheat once looked for the file alone)."""
+    cheat = next(c for c in CASES if c.name == "rewrites_the_records_at_exit")
+    graded, _ = grade_cheat(tmp_path, cheat)
+    assert graded.returncode == 1 and "1 failed" in graded.output, graded.output  # as graded, L1 fails: a no-op fold
+
+    def rewritten() -> list:
+        try:
+            records = json.loads((tmp_path / "records.json").read_text())["results"]
+        except ValueError:  # read while the cheat writes it
+            return []
+        return records if records and all(r["passed"] and r["figures"].get("speedup") == 9.99 for r in records) else []
+
+    assert eventually_none(lambda: not rewritten(), timeout=60), (tmp_path / "records.json").read_text()
 
 
 def test_the_runtime_guard_sees_a_patch_after_the_runtime_changed_a_class_itself(monkeypatch):
