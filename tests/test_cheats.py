@@ -245,6 +245,17 @@ def test_the_records_cheat_rewrites_the_records_of_a_grading_it_runs_in(tmp_path
     assert eventually_none(lambda: not rewritten(), timeout=60), (tmp_path / "records.json").read_text()
 
 
+def test_the_grader_cheat_fakes_the_speed_verdict_of_a_grading_it_runs_in(tmp_path):
+    """The control of its isolated test: where the cheat runs in the grading process itself, its fake verdict
+    stands (9.99x, and none of the exact counts the judge's own verdict carries), so that isolated, where the
+    speed level carries the honest fold's counts, the judge is out of its reach, not the cheat disarmed."""
+    cheat = next(c for c in CASES if c.name == "reaches_the_grader_through_torch")
+    graded, results = grade_cheat(tmp_path, cheat)
+    speed = [r for r in results if r["level"] == 3]
+    assert speed and all(r["passed"] and r["figures"].get("speedup") == 9.99 and "aten_ops_after" not in r["figures"]
+                         for r in speed), (results, graded.output)
+
+
 def test_the_runtime_guard_sees_a_patch_after_the_runtime_changed_a_class_itself(monkeypatch):
     """Python's own caches (copyreg's __slotnames__, added on a deepcopy) change a class without a
     solution: no violation, and the guard's fast pass starts from there; a patch made later, even one that
