@@ -256,6 +256,53 @@ def test_the_grader_cheat_fakes_the_speed_verdict_of_a_grading_it_runs_in(tmp_pa
                          for r in speed), (results, graded.output)
 
 
+# In a process of its own (the cheats patch the process they are loaded in): each cheat's module, with its
+# _busy counted instead of spent; then one BatchNorm call, and a folded module called three times on one input.
+CLOCK_CHEATS_ACT = """
+import importlib.util, json, sys
+import torch, torch.fx as fx
+
+modules = {}
+for path in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location(path.rsplit("/", 2)[-2], path)
+    modules[spec.name] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+counted = {}
+for name, module in modules.items():
+    if hasattr(module, "_busy"):
+        counted[name] = 0
+        module._busy = lambda seconds, name=name: counted.__setitem__(name, counted[name] + 1)
+torch.nn.BatchNorm2d(3).eval()(torch.randn(1, 3, 4, 4))
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3), torch.nn.BatchNorm2d(3)).eval()
+folded = modules["caches_the_forward"].fuse_conv_bn(fx.symbolic_trace(model))
+runs = []
+for m in folded.modules():
+    if isinstance(m, torch.nn.Conv2d):
+        m.register_forward_hook(lambda *args: runs.append(1))
+x = torch.randn(1, 3, 8, 8)
+for _ in range(3):
+    folded(x)
+print(json.dumps({**counted, "convolutions_in_three_calls": len(runs)}))
+"""
+
+
+def test_the_clock_cheats_still_act_where_they_run(tmp_path):
+    """The control of the isolated tests of the cheats that act on the clock alone (no test bounds a clock from
+    below): loaded in a process, as the grading process loads a solution, the hook and the torch function mode
+    each run their slowing on a BatchNorm call, and the cached forward runs the convolution for two calls of
+    three on one input. Counted, not timed; so the honest counts isolated are the judge out of their reach."""
+    paths = []
+    for name in ("hooks_every_batchnorm", "slows_batch_norm_in_a_mode", "caches_the_forward"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "solution.py").write_text(cheat_source(name))
+        paths.append(str(tmp_path / name / "solution.py"))
+    done = subprocess.run([sys.executable, "-c", CLOCK_CHEATS_ACT, *paths], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"hooks_every_batchnorm": 1, "slows_batch_norm_in_a_mode": 1,
+                                       "convolutions_in_three_calls": 2}, done.stdout
+
+
 def test_the_runtime_guard_sees_a_patch_after_the_runtime_changed_a_class_itself(monkeypatch):
     """Python's own caches (copyreg's __slotnames__, added on a deepcopy) change a class without a
     solution: no violation, and the guard's fast pass starts from there; a patch made later, even one that
