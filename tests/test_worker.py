@@ -3,6 +3,7 @@
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.
 """
+import socket
 from pathlib import Path
 
 import pytest
@@ -89,16 +90,20 @@ def test_a_pass_that_hangs_is_stopped(tmp_path):
 
 @pytest.mark.skipif(bool(sandbox_problem()), reason=f"no sandbox on this machine: {sandbox_problem()}")
 def test_the_sandbox_shows_only_the_solution_and_the_libraries(tmp_path):
+    """No file of the project or of another tree, and no network: not even a port this test listens on, on the
+    machine's loopback, which the sandbox's network namespace does not share."""
     probe = ", ".join(f"({str(path)!r}, __import__('os').path.exists({str(path)!r}))" for path in (
         REPO_ROOT / "README.md", REPO_ROOT / "results", REPO_ROOT / "reference", tmp_path / "elsewhere.txt"))
     (tmp_path / "elsewhere.txt").write_text("another team's file")
-    body = ("import socket\n\n"
-            "def fuse_conv_bn(gm):\n"
-            f"    seen = [p for p, there in [{probe}] if there]\n"
-            "    try:\n        socket.create_connection(('127.0.0.1', 22), timeout=1)\n        seen.append('network')\n"
-            "    except OSError:\n        pass\n"
-            "    raise RuntimeError(f'seen: {seen}')\n")
-    message = first_message(tmp_path, body)
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        body = ("import socket\n\n"
+                "def fuse_conv_bn(gm):\n"
+                f"    seen = [p for p, there in [{probe}] if there]\n"
+                f"    try:\n        socket.create_connection(('127.0.0.1', {port}), timeout=1)\n        seen.append('network')\n"
+                "    except OSError:\n        pass\n"
+                "    raise RuntimeError(f'seen: {seen}')\n")
+        message = first_message(tmp_path, body)
     assert message.startswith("fuse_conv_bn raised RuntimeError: seen: []"), message
 
 
