@@ -443,6 +443,8 @@ def test_a_blob_with_a_pickled_callable_is_refused_without_running_it(tmp_path):
         with pytest.raises(RecordError, match=r"does not load with torch\.load\(weights_only=True\)"):
             rebuild(blob)
     assert not marker.exists()
+    pickle.loads(pickle.dumps(Evil(marker)))  # the control: unpickled by a loader that runs callables, it runs
+    assert marker.exists()
 
 
 def double_output(module, args, output):
