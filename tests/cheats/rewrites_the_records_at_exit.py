@@ -26,24 +26,28 @@ def _named(argv: list) -> list:
 
 
 def _places(ppid: int) -> list:
-    """Where the records may be: ("file", path) or ("folder", path), nearest first; asked at once, while the
-    processes above are there to ask."""
+    """Where the records may be: ("file", path) or ("folder", path), nearest first, up to the first process that
+    names the file itself; asked at once, while the processes above are there to ask. (Every process above, not
+    only the nearest with a file open: which files a process holds at the moment of the fork varies, pytest's
+    capture file in place of the output file, say.)"""
     places = _named(list(_sys.argv))
     for pid in _ancestors(ppid):
-        if places:
+        if any(kind == "file" for kind, _ in places):
             break
         try:
-            places = _named([part.decode() for part in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")])
+            places += _named([part.decode() for part in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")])
             fds = _os.listdir(f"/proc/{pid}/fd")
         except (OSError, UnicodeDecodeError):
-            return places
+            break
         for fd in fds:
             try:
                 target = _os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if target.startswith("/") and not target.endswith(" (deleted)") and _os.path.isfile(target):
-                places.append(("folder", _os.path.dirname(target)))
+            place = ("folder", _os.path.dirname(target))
+            if target.startswith("/") and not target.endswith(" (deleted)") and _os.path.isfile(target) \
+                    and place not in places:
+                places.append(place)
     return places
 
 
