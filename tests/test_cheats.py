@@ -341,6 +341,28 @@ def test_static_scan_sees_through_aliases_and_names_the_line():
                                                        "for timers."]
 
 
+def test_staging_takes_each_teams_solution_files_and_nothing_else(tmp_path):
+    """What organiser mode grades of a team's folder (graders/competition/organiser.py): its NN_name/solution.py
+    files for the katas graded, regular files only; no conftest.py, package, helper module or other kata, and no
+    solution.py that is a link (to the organiser's reference, say). A job carries what `read_files` reads of the
+    staged tree, so those files are all that ever reaches a grading process. (The test below grades such a folder
+    end to end: there the sneaky team's stub scores 0 whatever is staged, so only this one sees the extra files.)"""
+    from graders.competition.organiser import read_files, stage_submissions
+
+    team = tmp_path / "submissions" / "sneaky"
+    for name in (f"{KATA}/solution.py", f"{KATA}/helper.py", "conftest.py", "graders/__init__.py", "04_dce/solution.py",
+                 "notes.txt"):
+        (team / name).parent.mkdir(parents=True, exist_ok=True)
+        (team / name).write_text(f"# {name}\n")
+    (team / "01_linear_relu").mkdir()
+    (team / "01_linear_relu" / "solution.py").symlink_to(REPO_ROOT / "reference" / "01_linear_relu" / "solution.py")
+    (tmp_path / "staging").mkdir()
+    trees = stage_submissions(tmp_path / "submissions", [KATA, "01_linear_relu"], tmp_path / "staging")
+    staged = sorted(p.relative_to(trees["sneaky"]).as_posix() for p in trees["sneaky"].rglob("*") if p.is_file())
+    assert staged == [f"{KATA}/solution.py"]
+    assert read_files(trees["sneaky"]) == {f"{KATA}/solution.py": f"# {KATA}/solution.py\n".encode()}
+
+
 def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
     submissions = tmp_path / "submissions"
     honest = submissions / "honest" / KATA
