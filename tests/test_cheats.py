@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from graders.isolation.guard import Guard
 from graders.isolation.nursery import open_nursery
 from graders.isolation.scan import scan_source
 from graders.isolation.worker import sandbox_problem
+from waiting import wait_for
 
 KATA = "03_conv_bn"
 CHEATS = Path(__file__).parent / "cheats"
@@ -115,7 +115,7 @@ def grade_cheat(tmp_path: Path, cheat: Cheat, *options: str, levels: str = "") -
     graded = Graded(returncode, output.read_text())
     assert records.exists(), graded.output
     if cheat.lingers:  # what the cheat left running has done what it could (or is gone) before the records are read
-        assert eventually_none(lambda: processes_naming(str(tmp_path)), timeout=90), processes_naming(str(tmp_path))
+        wait_for(lambda: not processes_naming(str(tmp_path)), 90, "the processes the cheat left running to end")
     return graded, json.loads(records.read_text())["results"]
 
 
@@ -131,15 +131,6 @@ def processes_naming(text: str) -> list[int]:
             except OSError:
                 pass
     return found
-
-
-def eventually_none(find, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while find():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_every_cheat_file_has_a_case():
@@ -242,7 +233,7 @@ def test_the_records_cheat_rewrites_the_records_of_a_grading_it_runs_in(tmp_path
             return []
         return records if records and all(r["passed"] and r["figures"].get("speedup") == 9.99 for r in records) else []
 
-    assert eventually_none(lambda: not rewritten(), timeout=60), (tmp_path / "records.json").read_text()
+    wait_for(rewritten, 60, "the cheat to rewrite the records")
 
 
 def test_the_grader_cheat_fakes_the_speed_verdict_of_a_grading_it_runs_in(tmp_path):

@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 
 from graders.frame.catalogue import REPO_ROOT
+from waiting import wait_for
 
 KATAS = ["04_dce", "05_cse"]
 
@@ -38,16 +39,6 @@ def processes():
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Cluster:

@@ -17,6 +17,7 @@ import pytest
 from graders.batch.processes import run_katas
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.machinelock import MachineLock
+from waiting import wait_for
 
 
 def events(log: Path) -> list[tuple[str, str]]:
@@ -33,7 +34,7 @@ def test_a_timing_waits_for_the_checks_that_run_and_goes_before_those_that_start
     check.take(exclusive=False)
     timer = threading.Thread(target=lambda: (timing.take(exclusive=True), time.sleep(0.2), timing.release()))
     timer.start()
-    assert eventually(lambda: held(path.with_name(path.name + ".turnstile")))  # the timing waits in it for the check
+    wait_for(lambda: held(path.with_name(path.name + ".turnstile")), 15, "the timing to wait in the turnstile")
     follower = threading.Thread(target=lambda: (later.take(exclusive=False), later.release()))
     follower.start()
     time.sleep(0.3)
@@ -201,15 +202,6 @@ def nursery_processes(nursery) -> int:
     return len(found.split())
 
 
-def eventually(condition, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 DAEMON = """import os, time
 
 if os.fork() == 0:
@@ -239,12 +231,12 @@ def test_a_nursery_worker_dies_when_its_judge_lets_go_and_leaves_nothing_running
         daemon = lambda: subprocess.run(["pgrep", "-f", "sleep 4321.5"], capture_output=True).returncode == 0  # noqa: E731
         # The daemon's process carries the nursery's command line until it runs sleep (the worker says hello as soon as
         # its import returns, maybe before the child it forked got that far): counted before, it read one too many.
-        assert eventually(daemon)
+        wait_for(daemon, 15, "the solution's daemon to run sleep")
         assert nursery_processes(nursery) == alone + 1  # and this worker
         worker.stop()
-        assert eventually(lambda: nursery_processes(nursery) == alone)
+        wait_for(lambda: nursery_processes(nursery) == alone, 15, "the worker to end")
         if bwrap():  # the sweep needs the sandbox's own process namespace
-            assert eventually(lambda: not daemon())
+            wait_for(lambda: not daemon(), 15, "the daemon to be swept")
     finally:
         nursery.close()
         subprocess.run(["pkill", "-f", "sleep 4321.5"])
@@ -391,8 +383,8 @@ def test_an_idle_nursery_is_closed_though_no_other_job_ends(tmp_path, monkeypatc
     with nurseries.team_nursery("ada\0idle", "04_dce", source) as (tree, socket_path):
         nursery = nurseries._teams["ada\0idle"].started.result()
         assert nursery_processes(nursery) > 0
-    assert eventually(lambda: "ada\0idle" not in nurseries._teams and not tree.exists(), 10)
-    assert eventually(lambda: nursery_processes(nursery) == 0, 10)
+    wait_for(lambda: "ada\0idle" not in nurseries._teams and not tree.exists(), 10, "the idle team to be closed")
+    wait_for(lambda: nursery_processes(nursery) == 0, 10, "the idle nursery to end")
 
 
 ZYGOTE_IDLE = """
