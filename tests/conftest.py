@@ -55,16 +55,34 @@ def _timed_alone():
         yield
 
 
+def _lock_path(run: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"fx-katas-tests-{run}.lock"
+
+
 def pytest_configure(config):
     run = getattr(config, "workerinput", {}).get("testrunuid")
     if run is not None:
-        _state["lock"] = MachineLock(Path(tempfile.gettempdir()) / f"fx-katas-tests-{run}.lock")
+        _state["lock"] = MachineLock(_lock_path(run))
         # One thread for each of the processes that share the cores: with a pool as large as the machine
         # in every worker and in every process a test starts, their threads spin against each other (on
         # 2 cores the run took 410 s of CPU with the default pools, 290 s with one thread each).
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
     timing.run_alone_with(_timed_alone)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Under xdist, in the process that runs the workers: note the run's lock, to remove it at the end."""
+    _state["lock files"] = (_lock_path(node.workerinput["testrunuid"]),)
+
+
+def pytest_unconfigure(config):
+    """The run's lock and its turnstile go with the run (every worker has ended): before, each run of the suite left
+    the two files in the temporary folder."""
+    for lock in _state.get("lock files", ()):
+        for path in (lock, lock.with_name(lock.name + ".turnstile")):
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture

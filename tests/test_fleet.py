@@ -67,6 +67,24 @@ class Cluster:
              "--local-directory", str(self.tmp / name)],
             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(self.tmp / f"{name}.err", "w"))
 
+    def stop_worker(self, name: str, timeout: float = 30):
+        """Stop a worker as `kill` or Ctrl-C would (SIGTERM to its process group) and wait until the group is gone.
+        A worker with a nanny stops so at the end of its test: the nanny's multiprocessing resource tracker ignores
+        SIGTERM and, once the rest have gone, unlinks the semaphores of the worker processes killed before. The
+        fixture's SIGKILL of the group takes the tracker too, and left them in /dev/shm: 12 files each run."""
+        process = self.workers[name]
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+
+        def group_gone():
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(group_gone, timeout, f"worker {name}'s process group to end")
+
     def wait_for_workers(self, n: int):
         from distributed import Client
 
@@ -440,6 +458,8 @@ def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grad
     assert len(killed) == 2  # allowed-failures 1: the second death is final
     others = {(team, kata): runs[team]["katas"][kata] for team, kata in [("ada", "05_cse"), ("bob", "04_dce")]}
     assert all(r["points"] == 80.0 for r in others.values()), {k: (r["status"], r["message"]) for k, r in others.items()}
+    for name in cluster.workers:
+        cluster.stop_worker(name)
 
 
 def test_a_tls_fleet_admits_only_workers_holding_its_certificate(tmp_path, processes):
