@@ -17,6 +17,11 @@ def board(server: Server, token: str | None = None) -> dict:
     return {row["team"]: row["points"] for row in server.get("/api/board", token=token).json()["rows"]}
 
 
+def history(server: Server, team: str, token: str | None = None, field: str = "points") -> list:
+    """A field of each submission on the team's page (/api/teams/NAME), newest first, as this reader sees it."""
+    return [s[field] for s in server.get(f"/api/teams/{team}", token=token).json()["submissions"]]
+
+
 def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
     db = f"sqlite:///{tmp_path / 'arena.db'}"
     organiser = create(db, "--kata", "04_dce", "--no-speed", "--rate", "5/600")
@@ -47,6 +52,9 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert server.get("/api/submissions/2", token=blue).json()["total_points"] == 80.0  # Blue sees its own
         assert server.get("/api/submissions/2").json()["total_points"] is None
         assert server.get("/api/submissions/2", token=red).json()["katas_graded"] == {}
+        # the team's page keeps the same secret
+        assert history(server, "Blue") == history(server, "Blue", red) == [None]
+        assert history(server, "Blue", blue) == history(server, "Blue", organiser) == [80.0]
         assert "The board is frozen since" in server.get("/").text
 
         assert post(server, "/api/admin/submissions/1/exclude", organiser, {}).status == 400  # no reason
@@ -56,6 +64,8 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert board(server) == {} and board(server, organiser) == {"Blue": 80.0}
         assert server.get("/api/submissions/1", token=red).json()["excluded"] == "copied from Blue"
         assert server.get("/api/submissions/1").json()["excluded"] is True  # others: that it is, not why
+        assert history(server, "Red", red, "excluded") == ["copied from Blue"]
+        assert history(server, "Red", blue, "excluded") == [True]
         assert "Excluded by the organiser: copied from Blue" in server.get("/submissions/1", token=red).text
         assert post(server, "/api/admin/submissions/2/include", organiser).status == 409  # never excluded
         assert "counts again" in arena("include", "--db", db, "1").stdout
@@ -93,6 +103,7 @@ def test_freeze_exclude_announce_rejudge_and_the_close_that_reveals(tmp_path):
         assert rows["Red"]["points"] == 80.0 and rows["Red"]["rejudged"] and not rows["Blue"]["rejudged"]
         assert server.get("/api/submissions/1", token=red).json()["superseded"] == [
             {"kata": "04_dce", "points": 0.0, "rejudging": 1}]
+        assert server.get("/api/submissions/1", token=red).json()["total_points"] == 80.0  # the submission's total too
         assert [e["action"] for e in server.get("/api/admin/log", token=organiser).json()][-4:] == [
             "rejudge", "rejudge", "discard", "apply"]
 

@@ -105,6 +105,52 @@ def test_a_backend_that_raises_is_retried_then_recorded_as_failed(tmp_path):
         assert {r.summary["status"] for r in session.query(KataResult)} == {"crashed"}
 
 
+def test_an_upload_is_stored_only_while_the_competition_is_open(tmp_path):
+    """An upload admitted while the competition was open is still refused if it closed while the upload was
+    unpacked (the close's `arena.py close` and an upload's unpacking overlap): store_submission checks again, under
+    the team's lock. Admission itself refuses once closed."""
+    from fastapi import HTTPException
+
+    from graders.arena.api import admit_upload, store_submission
+    from graders.arena.db import token_hash
+
+    db = database(tmp_path)
+    with db.session() as session:
+        session.get(Team, 1).token_hash = token_hash("team-token")
+    files = {"04_dce/solution.py": b"x = 2"}
+    upload, _ = admit_upload(db, "team-token")
+    assert store_submission(db, upload, files)["id"] == 2  # open: stored
+    upload, _ = admit_upload(db, "team-token")
+    with db.session() as session:
+        db.competition(session).closed = True  # what `arena.py close` does first
+    with pytest.raises(HTTPException) as refused:
+        store_submission(db, upload, files)
+    assert refused.value.status_code == 403 and "closed" in refused.value.detail
+    with pytest.raises(HTTPException) as refused:
+        admit_upload(db, "team-token")
+    assert refused.value.status_code == 403
+    with db.session() as session:
+        assert [s.id for s in session.query(Submission).order_by(Submission.id)] == [1, 2]
+
+
+def test_until_the_close_the_latest_graded_submission_counts_and_at_the_close_the_last(tmp_path):
+    """docs/organisers.md: a team's latest graded submission counts until the close, its last one at the close
+    (graded or not yet)."""
+    from graders.arena.board import counted, standings
+
+    db = database(tmp_path, status="graded")
+    with db.session() as session:
+        session.add(Submission(id=2, team_id=1, katas=["04_dce"], files_hash="g", status="queued"))
+    with db.session() as session:
+        c = db.competition(session)
+        assert {team: (s.id, last.id) for team, (s, last) in counted(session, c).items()} == {"T": (1, 2)}
+        c.closed = True
+        session.flush()
+        assert {team: (s.id, last.id) for team, (s, last) in counted(session, c).items()} == {"T": (2, 2)}
+        row, = standings(session, c)
+        assert (row["submission"], row["grading"]) == (2, True)
+
+
 @pytest.mark.parametrize("name, kept", [("04_dce/solution.py", "04_dce/solution.py"), ("./04_dce//solution.py", "04_dce/solution.py"),
                                         ("conftest.py", None), ("04_dce/other.py", None)])
 def test_paths_kept_or_ignored(name, kept):
