@@ -354,6 +354,22 @@ def test_staging_takes_each_teams_solution_files_and_nothing_else(tmp_path):
     assert read_files(trees["sneaky"]) == {f"{KATA}/solution.py": f"# {KATA}/solution.py\n".encode()}
 
 
+def test_a_job_carries_and_stages_only_its_own_katas_solution_file():
+    """The fleet's layer of the same rule (graders/competition/jobs.py), for a team tree holding several katas (as a
+    service's submission does): a job sends only its kata's solution.py, and a worker reads nothing else from a job,
+    whatever names it carries."""
+    from graders.competition.jobs import make_job, solution_of
+
+    files = {f"{KATA}/solution.py": b"ours", "04_dce/solution.py": b"another kata's", "conftest.py": b"x"}
+    job = make_job("ada", KATA, files, "correctness", 7)
+    assert job["files"] == {f"{KATA}/solution.py": b"ours"}
+    assert solution_of(job) == b"ours"
+    forged = {**job, "files": {"conftest.py": b"x", f"{KATA}/../conftest.py": b"x", "04_dce/solution.py": b"x",
+                               f"{KATA}/solution.py": b"ours"}}
+    assert solution_of(forged) == b"ours"
+    assert solution_of({**forged, "files": {"04_dce/solution.py": b"x", f"{KATA}/helper.py": b"x"}}) is None
+
+
 def test_organiser_grades_only_solution_files_with_a_secret_seed(tmp_path):
     submissions = tmp_path / "submissions"
     honest = submissions / "honest" / KATA

@@ -146,6 +146,13 @@ def _log(event: str, job: dict, address: str) -> None:
             os.close(fd)
 
 
+def solution_of(job: dict) -> bytes | None:
+    """The bytes of the job's `NN_kata/solution.py` for its own kata, or None: nothing else a job carries reaches
+    the disk (make_job sends only that file; a job made otherwise is read no further)."""
+    return next((data for name, data in job["files"].items()
+                 if (found := SOLUTION.match(name)) and found.group(1) == job["kata"]), None)
+
+
 def grade_job(job: dict) -> dict:
     """Run one job on this machine; raises WrongVersion when this machine's project is not the organiser's."""
     address, here = _worker_address(), machine(job["device"])
@@ -162,8 +169,7 @@ def grade_job(job: dict) -> dict:
     _log("start", job, address)
     started = time.time()
     try:
-        source = next((data for name, data in job["files"].items()  # nothing else a job carries reaches the disk
-                       if (found := SOLUTION.match(name)) and found.group(1) == kata), None)
+        source = solution_of(job)
         with team_nursery(f"{job['team']}\0{job['tree']}\0{job['device']}", kata, source, job["kata_memory"],
                           job["device"]) as (tree, nursery):
             # Forked from this machine's zygote, sharing its machine lock with every other grading process
