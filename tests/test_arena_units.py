@@ -15,7 +15,7 @@ import pytest
 from tabulate import tabulate
 
 from graders.arena import grading, uploads
-from graders.arena.db import Competition, Database, KataResult, Submission, SubmittedFile, Team
+from graders.arena.db import Competition, Database, KataResult, RejudgeItem, Submission, SubmittedFile, Team
 from graders.arena.graphs import split_message, svg
 
 
@@ -40,15 +40,17 @@ def test_the_grading_backend_is_the_fleet(monkeypatch):
 
 
 class FakeGrader:
-    def __init__(self, fail: bool = False):
-        self.asked, self.fail = [], fail
+    """Grades each kata 50 points; with `fail`, raises; it returns without the katas in `skip`."""
+
+    def __init__(self, fail: bool = False, skip: tuple = ()):
+        self.asked, self.fail, self.skip = [], fail, set(skip)
 
     def grade(self, team, files, katas, seed, *, speed=True, on_result=None):
         self.asked.append(list(katas))
         if self.fail:
             raise RuntimeError("the cluster is gone")
         out = {}
-        for kata in katas:
+        for kata in [k for k in katas if k not in self.skip]:
             out[kata] = {"status": "graded", "points": 50.0, "levels": {}, "message": "ok", "checks": []}
             on_result(team, kata, out[kata])
         return out
@@ -149,6 +151,57 @@ def test_until_the_close_the_latest_graded_submission_counts_and_at_the_close_th
         assert {team: (s.id, last.id) for team, (s, last) in counted(session, c).items()} == {"T": (2, 2)}
         row, = standings(session, c)
         assert (row["submission"], row["grading"]) == (2, True)
+
+
+def test_a_grading_that_returns_without_a_kata_is_queued_again_for_it(tmp_path):
+    """A backend that returns without some kata's verdict leaves the submission queued, not graded on what came
+    back: the next claim grades the missing kata alone."""
+    db = database(tmp_path)
+    fake = FakeGrader(skip=("04_dce",))
+    queue = grading.GradingQueue(db, fake, threads=0)
+    queue.grade(queue.claim())
+    with db.session() as session:
+        assert session.get(Submission, 1).status == "queued"
+        assert [r.kata for r in session.query(KataResult)] == ["01_linear_relu"]
+    fake.skip = set()
+    queue.grade(queue.claim())
+    assert fake.asked == [["01_linear_relu", "04_dce"], ["04_dce"]]
+    with db.session() as session:
+        assert (session.get(Submission, 1).status, session.get(Submission, 1).total_points) == ("graded", 100.0)
+
+
+def test_a_rejudging_is_ready_only_once_every_kata_it_covers_has_a_new_verdict(tmp_path):
+    from graders.arena.controls import rejudge, rejudging_of
+
+    db = database(tmp_path, status="graded")
+    with db.session() as session:
+        session.add_all(KataResult(submission_id=1, kata=k, points=20.0, summary={"points": 20.0})
+                        for k in ("01_linear_relu", "04_dce"))
+    rid = rejudge(db)
+    fake = FakeGrader(skip=("04_dce",))
+    queue = grading.GradingQueue(db, fake, threads=0)
+    queue.rejudge(queue.claim(RejudgeItem))
+    assert rejudging_of(db, rid)["status"] == "queued" and rejudging_of(db, rid)["graded"] == 0
+    fake.skip = set()
+    queue.rejudge(queue.claim(RejudgeItem))
+    shown = rejudging_of(db, rid)
+    assert (shown["status"], shown["graded"]) == ("ready", 1)
+    assert sorted((v["kata"], v["old"], v["new"]) for v in shown["verdicts"]) == [("01_linear_relu", 20.0, 50.0),
+                                                                                  ("04_dce", 20.0, 50.0)]
+
+
+def test_a_stored_verdict_carries_the_static_scan_of_its_source(tmp_path):
+    """The service scans each kata's source as it stores the verdict, as organiser mode does: a finding
+    disqualifies the kata (its points still shown); a clean source is left as graded."""
+    db = database(tmp_path)
+    queue = grading.GradingQueue(db, FakeGrader(), threads=0)
+    for kata, source in [("04_dce", b"import subprocess\n"), ("01_linear_relu", b"x = 1\n")]:
+        queue.store(1, kata, {"status": "graded", "points": 50.0, "message": "ok"}, {f"{kata}/solution.py": source})
+    with db.session() as session:
+        stored = {r.kata: r.summary for r in session.query(KataResult)}
+    assert stored["04_dce"]["disqualified"].startswith("static scan: 04_dce/solution.py line 1: imports subprocess")
+    assert stored["04_dce"]["points"] == 50.0
+    assert "disqualified" not in stored["01_linear_relu"]
 
 
 @pytest.mark.parametrize("name, kept", [("04_dce/solution.py", "04_dce/solution.py"), ("./04_dce//solution.py", "04_dce/solution.py"),
