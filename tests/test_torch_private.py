@@ -89,6 +89,8 @@ def test_a_program_travels_as_checked_data_and_computes_what_it_did(saved):
         s={"as_expr": {"expr_str": "exec(Symbol('s1'))", "hint": None}}), "names 'exec'"),
     (lambda d: d["graph_module"]["graph"]["nodes"][0]["inputs"].append({"name": "g", "arg": {"as_graph": {}}, "kind": 1}),
      "no nested graph"),
+    (lambda d: d["graph_module"]["graph"].update(custom_obj_values={"obj0": {"name": "obj0", "class_fqn": "a.B"}}),
+     "holds script objects"),
 ])
 def test_the_judge_refuses_what_torch_would_run_or_evaluate(saved, edit, refusal):
     with pytest.raises(records.RecordError, match=None) as raised:
