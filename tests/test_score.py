@@ -202,8 +202,17 @@ def test_corrupt_results_file_is_named_and_the_rest_still_ranks(tmp_path):
     (tmp_path / "evil" / "broken.json").write_text("{not json")
     (tmp_path / "evil" / "foreign.json").write_text(json.dumps({"hello": 1}))
     (tmp_path / "good" / ".tmp-killed.json").write_text("{half written by a writer killed before its rename")
+    # whole runs, each with one field that is not what the results format says
+    wrong = {"schema": {"schema": "fx-katas/results/0"}, "disqualified": {"disqualified": [1]},
+             "points": {"katas": {KATA: {"status": "graded", "points": "80"}}}}
+    for name, field in wrong.items():
+        (tmp_path / "evil" / f"{name}.json").write_text(json.dumps({**fake_run(name, 50, 1.1), **field}))
     problems = regenerate(tmp_path, tmp_path / "LEADERBOARD.md")
-    assert len(problems) == 2 and all("evil" in p for p in problems)
+    assert len(problems) == 5 and all("evil" in p for p in problems), problems
+    said = {name: next(p for p in problems if f"{name}.json" in p) for name in wrong}
+    assert "schema 'fx-katas/results/1' expected" in said["schema"]
+    assert "field 'disqualified' must be a list of reasons" in said["disqualified"]
+    assert f"kata {KATA!r} has no points" in said["points"]
     assert "| good" in (tmp_path / "LEADERBOARD.md").read_text()
 
 
@@ -223,6 +232,23 @@ def test_teams_whose_names_differ_only_in_unsafe_characters_keep_their_own_resul
         folder.save(name, "04_dce", "all", {"points": points}, b"a solution")
     assert {team: result["points"] for (team, _, _), result in folder.saved()[0].items()} == {
         name: points for points, name in enumerate(names)}
+
+
+def test_a_resumed_run_is_named_safely_and_grades_again_what_a_killed_organiser_half_wrote(tmp_path):
+    """`--resume RUN` names a folder under results/.runs/, never a path; a job's result file cut short when the
+    organiser died (or not a result at all) is no result: that job is graded again."""
+    from graders.competition.store import RunFolder
+
+    for name in ("../../elsewhere", "a/b", ""):
+        with pytest.raises(ValueError, match="is not a run name"):
+            RunFolder(tmp_path, name)
+    folder = RunFolder.create(tmp_path, {"seed": 1})
+    folder.save("ada", "04_dce", "all", {"points": 80.0}, b"a solution")
+    folder.save("bob", "04_dce", "all", {"points": 0.0}, b"a solution")
+    folder.save("eve", "04_dce", "all", {"points": 0.0}, b"a solution")
+    (folder.path / "jobs" / "bob" / "04_dce.all.json").write_text('{"team": "bob", "kata": "04_d')
+    (folder.path / "jobs" / "eve" / "04_dce.all.json").write_text('{"team": "eve"}')
+    assert list(folder.saved()[0]) == [("ada", "04_dce", "all")]
 
 
 def test_concurrent_runs_lose_no_row(tmp_path):
