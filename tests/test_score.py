@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -98,6 +99,10 @@ def test_hanging_solution_is_stopped_and_costs_only_that_kata(tmp_path):
     assert katas[KATA]["status"] == "timed out" and katas[KATA]["points"] == 0
     assert "did not finish within 12s" in proc.stdout
     assert katas["04_dce"]["points"] == pytest.approx(80.0), katas["04_dce"]["message"]
+    # 04_dce, never reached in the process that hung, is graded again alone; the kata that hung is not (it would
+    # hang again: a second kata timeout for nothing)
+    again = [line for line in proc.stderr.splitlines() if "grading again" in line]
+    assert len(again) == 1 and again[0].startswith("04_dce") and KATA not in again[0], proc.stderr
 
 
 def test_a_katas_clock_starts_at_its_first_check_not_at_the_process_start(tmp_path, monkeypatch):
@@ -116,6 +121,20 @@ def test_a_katas_clock_starts_at_its_first_check_not_at_the_process_start(tmp_pa
     assert not progress.overdue(12)
     now[0] += 2
     assert progress.overdue(12)
+
+
+@pytest.mark.parametrize("returncode, tampering, vouches", [(0, None, True), (1, None, True), (3, None, False),
+                                                            (-9, None, False), (1, "the grader changed", False)])
+def test_a_grading_process_vouches_for_its_records_only_when_it_ended_as_pytest_does(tmp_path, returncode, tampering,
+                                                                                     vouches):
+    """Records a process wrote stand for its katas only if it then exited as pytest exits (0: all passed, 1: some
+    failed) and its guard saw no tampering: a solution that found the records file could write its own there and
+    leave with another code (tests/cheats/rewrites_the_records_at_exit.py finds it)."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"results": [], "tampering": tampering}))
+    process = types.SimpleNamespace(returncode=returncode, pid=0)
+    graded = processes.GradingProcess(process, processes.Progress(tmp_path / "progress"), results, tmp_path / "out")
+    assert graded.vouches() is vouches
 
 
 def test_a_kata_that_kills_or_tampers_with_the_grading_process_costs_only_itself(tmp_path):
