@@ -214,3 +214,28 @@ def test_each_function_shows_its_first_failure(tmp_path):
     finally:
         child.close(force=True)
 
+
+
+def test_progress_counts_complete_katas_as_the_learner_earned_them(tmp_path, monkeypatch):
+    """graders/learner/progress.py, what watch mode and score.py show between gradings: full marks within the float
+    sums of shares count as complete, a grading that did not finish never does, a kata not available is not counted,
+    points show one decimal at most, and what is remembered holds for the file graded only."""
+    monkeypatch.setattr(progress, "STATE_DIR", tmp_path / "state")
+    first, second = list(KATAS)[:2]
+    assert progress.is_complete({"status": "graded", "points": 100 - 1e-9})  # 20/3 + ... summed in floats
+    assert not progress.is_complete({"status": "timed out", "points": 100.0})
+    assert progress.progress_line({first: {"status": "graded", "points": 20 / 3},
+                                   second: {"status": "not available", "points": 0.0}}) == \
+        "0/1 katas complete, 6.7/100 points"
+
+    tree = tmp_path / "tree"
+    (tree / first).mkdir(parents=True)
+    (tree / first / "solution.py").write_text("# solved\n")
+    progress.remember(tree, {first: {"status": "graded", "points": 100.0}})
+    progress.remember(tree, {first: {"status": "timed out", "points": 0.0}})  # no verdict: what was known stays
+    known = lambda: {key: progress.known_progress(tree)[first][key] for key in ("points", "complete")}  # noqa: E731
+    assert known() == {"points": 100.0, "complete": True}
+    assert progress.first_unfinished(tree) == second
+    (tree / first / "solution.py").write_text("# edited since\n")  # another file: graded again before it counts
+    assert known() == {"points": 0.0, "complete": False}
+    assert progress.first_unfinished(tree) == first
