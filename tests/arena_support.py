@@ -104,8 +104,12 @@ def http(url: str, *, token: str | None = None, data: bytes | None = None, kind:
         return Response(exc.code, exc.headers, exc.read())
 
 
+TAR_KINDS = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "dir": tarfile.DIRTYPE, "fifo": tarfile.FIFOTYPE}
+
+
 def tar_of(members: list[tuple[str, bytes | None, str]]) -> bytes:
-    """A tar archive: (name, content, kind) with kind "file", "symlink" (content: the target) or "hardlink"."""
+    """A tar archive: (name, content, kind) with kind "file", "symlink" or "hardlink" (content: the target), "dir"
+    or "fifo" (content: None)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, content, kind in members:
@@ -114,8 +118,8 @@ def tar_of(members: list[tuple[str, bytes | None, str]]) -> bytes:
                 info.size = len(content)
                 archive.addfile(info, io.BytesIO(content))
             else:
-                info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
-                info.linkname = content.decode()
+                info.type = TAR_KINDS[kind]
+                info.linkname = content.decode() if content else ""
                 archive.addfile(info)
     return buffer.getvalue()
 

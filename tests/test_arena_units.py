@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import json
 import lzma
 import sqlite3
 import sys
-import tarfile
 import types
 
 import pytest
 from tabulate import tabulate
 
+from arena_support import tar_of
 from graders.arena import grading, uploads
 from graders.arena.db import Competition, Database, KataResult, RejudgeItem, Submission, SubmittedFile, Team
 from graders.arena.graphs import split_message, svg
@@ -218,31 +217,16 @@ def test_paths_refused(name):
         uploads.check_path(name)
 
 
-def tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for info, data in members:
-            info.size = len(data) if info.isfile() else 0
-            archive.addfile(info, io.BytesIO(data) if info.isfile() else None)
-    return buffer.getvalue()
-
-
-def member(name: str, kind=tarfile.REGTYPE) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    return info
-
-
 KATAS = ["04_dce"]
 BIG = b"#" * (uploads.MAX_FILE_BYTES + 1)
 
 
 @pytest.mark.parametrize("upload, refusal", [
-    (lambda: uploads.from_tar(tar(*[(member(f"x{i}", tarfile.DIRTYPE), b"") for i in range(uploads.MAX_FILES + 1)]),
-                              KATAS), f"more than {uploads.MAX_FILES} archive members"),
-    (lambda: uploads.from_tar(tar((member("04_dce/solution.py", tarfile.FIFOTYPE), b"")), KATAS), "is not a regular file"),
+    (lambda: uploads.from_tar(tar_of([(f"x{i}", None, "dir") for i in range(uploads.MAX_FILES + 1)]), KATAS),
+     f"more than {uploads.MAX_FILES} archive members"),
+    (lambda: uploads.from_tar(tar_of([("04_dce/solution.py", None, "fifo")]), KATAS), "is not a regular file"),
     # the member's size, refused from its header before anything of it is read: cut short after the header
-    (lambda: uploads.from_tar(tar((member("04_dce/solution.py"), BIG))[:1024], KATAS), "bytes, over the"),
+    (lambda: uploads.from_tar(tar_of([("04_dce/solution.py", BIG, "file")])[:1024], KATAS), "bytes, over the"),
     (lambda: uploads.from_parts([(f"x{i}", b"x") for i in range(uploads.MAX_FILES + 1)], KATAS),
      f"more than {uploads.MAX_FILES} files"),
     (lambda: uploads.from_parts([("04_dce/solution.py", BIG)], KATAS), "bytes, over the"),
@@ -255,7 +239,7 @@ def test_an_upload_over_a_cap_or_holding_no_regular_file_is_refused(upload, refu
 
 
 def two_members(zeros: int) -> bytes:
-    from arena_support import solution, tar_of
+    from arena_support import solution
     return tar_of([("04_dce/zeros.bin", bytes(zeros), "file"), ("04_dce/solution.py", solution("04_dce"), "file")])
 
 

@@ -215,7 +215,6 @@ def test_each_function_shows_its_first_failure(tmp_path):
         child.close(force=True)
 
 
-
 def test_progress_counts_complete_katas_as_the_learner_earned_them(tmp_path, monkeypatch):
     """graders/learner/progress.py, what watch mode and score.py show between gradings: full marks within the float
     sums of shares count as complete, a grading that did not finish never does, a kata not available is not counted,
