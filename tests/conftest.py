@@ -74,14 +74,14 @@ def pytest_configure(config):
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     """Under xdist, in the process that runs the workers: note the run's lock, to remove it at the end."""
-    _state["lock files"] = (_lock_path(node.workerinput["testrunuid"]),)
+    _state["run's lock"] = MachineLock(_lock_path(node.workerinput["testrunuid"]))
 
 
 def pytest_unconfigure(config):
     """The run's lock and its turnstile go with the run (every worker has ended): before, each run of the suite left
     the two files in the temporary folder."""
-    for lock in _state.get("lock files", ()):
-        for path in (lock, lock.with_name(lock.name + ".turnstile")):
+    if "run's lock" in _state:
+        for path in _state["run's lock"].files():
             path.unlink(missing_ok=True)
 
 

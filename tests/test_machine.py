@@ -34,7 +34,7 @@ def test_a_timing_waits_for_the_checks_that_run_and_goes_before_those_that_start
     check.take(exclusive=False)
     timer = threading.Thread(target=lambda: (timing.take(exclusive=True), time.sleep(0.2), timing.release()))
     timer.start()
-    wait_for(lambda: held(path.with_name(path.name + ".turnstile")), 15, "the timing to wait in the turnstile")
+    wait_for(lambda: held(timing.turnstile), 15, "the timing to wait in the turnstile")
     follower = threading.Thread(target=lambda: (later.take(exclusive=False), later.release()))
     follower.start()
     time.sleep(0.3)

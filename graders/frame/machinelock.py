@@ -39,8 +39,16 @@ class MachineLock:
         self.exclusive: bool | None = None  # None: not held
         self.label = ""  # what holds it, for the log (the grading process's current check)
 
-    def _open(self, suffix: str = ""):
-        path = self.path.with_name(self.path.name + suffix)
+    @property
+    def turnstile(self) -> Path:
+        """The second file (see the module's docstring): whoever waits for the lock alone holds it meanwhile."""
+        return self.path.with_name(self.path.name + ".turnstile")
+
+    def files(self) -> tuple[Path, Path]:
+        """The lock's files: whoever made a lock of its own removes them once no process uses it."""
+        return self.path, self.turnstile
+
+    def _open(self, path: Path):
         # Read-only: flock needs no write access, so one user's lock file serves every user of the machine.
         fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
         return os.fdopen(fd, "rb")
@@ -58,10 +66,10 @@ class MachineLock:
     def take(self, exclusive: bool) -> None:
         """Wait for the lock (through the turnstile) and hold it until release()."""
         if self._file is None:
-            self._file = self._open()
+            self._file = self._open(self.path)
         if exclusive:
             self._event("wait")
-        with self._open(".turnstile") as turnstile:  # closing it lets the next one through
+        with self._open(self.turnstile) as turnstile:  # closing it lets the next one through
             fcntl.flock(turnstile, fcntl.LOCK_EX)
             fcntl.flock(self._file, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         self.exclusive = exclusive
