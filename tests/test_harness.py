@@ -9,7 +9,7 @@ import torch
 
 from graders.frame.catalogue import load_grader
 from graders.frame.levels import CheckFailed
-from graders.run.numerics import describe_difference, manual_seed, seeded
+from graders.run.numerics import assert_same_outputs, describe_difference, manual_seed, seeded
 from graders.run.session import GradingSession
 from graders.frame.catalogue import REPO_ROOT
 from graders.run.timing import count_cost
@@ -48,6 +48,23 @@ def test_bit_identity_holds_nan_equal_and_tells_the_sign_of_zero_in_every_part()
     assert describe_difference(values * 1, values) == ("at index (0,) the imaginary part of the original gives 1.5, "
                                                        "the rewritten module nan; 4 of 4 elements differ")
     assert describe_difference(values + 0, values).startswith("at index (1,) the real part of the original gives -0.0")
+
+
+def test_outputs_that_hold_nan_or_inf_compare_value_by_value():
+    """assert_same_outputs on an original whose output holds NaN and infinities (a generated model whose exp
+    overflows: kata 05's reference failed L4 so at seed 1363426176): the same values, NaN included, pass; a finite
+    value off by more than the tolerance still fails, an infinity no more lets every difference through than a
+    NaN stops a tolerable one from passing."""
+    inf, nan = float("inf"), float("nan")
+    want = torch.tensor([nan, inf, -inf, 2.0, 3.0])
+    same = lambda values: lambda x: torch.tensor(values) + 0 * x  # noqa: E731
+    inputs = [(torch.zeros(5),)]
+    assert_same_outputs(same(want.tolist()), same(want.tolist()), inputs)
+    assert_same_outputs(same(want.tolist()), same([nan, inf, -inf, 2.0, 3.0 + 1e-6]), inputs)  # within tolerance
+    for original, wrong in [(want.tolist(), [nan, inf, -inf, 2.0, 3.5]), (want.tolist(), [1.0, inf, -inf, 2.0, 3.0]),
+                            (want.tolist(), [nan, inf, inf, 2.0, 3.0]), ([inf, 2.0, 3.0], [inf, 2.0, 3.5])]:
+        with pytest.raises(CheckFailed, match="does not compute what the original does"):
+            assert_same_outputs(same(original), same(wrong), [(torch.zeros(len(original)),)])
 
 
 @pytest.mark.parametrize("source, expected", [
