@@ -2,9 +2,12 @@
 (and by the check built for them, where a mutant names one: `caught_by`), its correct variants keep full marks,
 and its no-op fails the speed level: on the exact byte count where the manifest sets a byte limit, on the exact
 memory-traffic count where it sets a traffic limit (kata 08), on the clock otherwise."""
+from types import SimpleNamespace
+
 import pytest
 
 from graders.frame.catalogue import KATAS, REPO_ROOT, load_grader
+from graders.frame.mutant import Mutant
 from graders.run.session import grade
 from graders.dev.mutation import (assert_caught_at_its_level, assert_keeps_full_marks, assert_no_op_is_timed_too_slow,
                                   assert_no_op_moves_too_much, assert_no_op_writes_too_much, kata_mutants)
@@ -46,3 +49,18 @@ def test_the_check_built_for_a_mutant_runs_first_at_its_level():
     last = load_grader("04_dce").checks_at(2)[-1].name
     results = grade("04_dce", REPO_ROOT / "katas", seed=0, levels=(2,), stop_at_failure=True, first=last)
     assert [(r.check, r.passed) for r in results] == [(last, False)]  # the stub fails it, and grading stops
+
+
+def test_the_seed_sweep_reports_each_wrong_grading_with_its_seed(tmp_path, monkeypatch):
+    """bench/seed_sweep.py, the check of other seeds than 0: the reference's full marks at a seed report nothing; a
+    mutant that the hidden level should catch and does not (here an edit that changes nothing) is reported with
+    the seed that lets it through."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "bench"))
+    import seed_sweep
+
+    unchanged = MUTANT_MODULES["04_dce"].NO_OP.old
+    claimed = Mutant("claimed_caught", unchanged, unchanged, caught_at=4)
+    monkeypatch.setattr("graders.dev.mutation.kata_mutants", lambda kata: SimpleNamespace(MUTANTS=[claimed]))
+    assert seed_sweep.sweep("04_dce", [7], tmp_path) == []
+    assert seed_sweep.sweep("04_dce", [7], tmp_path, mutants=[4]) == [
+        "seed 7: claimed_caught: 04_dce mutant claimed_caught got full marks; level 4 should catch it"]

@@ -8,8 +8,10 @@ Each kata's grader folder has a `mutants.py` with `MUTANTS`, a list of `Mutant`,
 mutant that changes nothing (the speed level must fail it). `VARIANTS`, where a kata has them, are
 edits that stay correct (a pass that follows another convention PyTorch also follows): they must keep
 full marks at every correctness level. Each mutant names the level that must
-catch it: no lower level fails, this one does. Writing mutants as edits of the reference keeps them in
-step with it: an edit whose `old` text no longer occurs exactly once fails loudly.
+catch it: no lower level fails, this one does. A mutant of the hidden level (L4) must fail every generated
+model, not one of five: a generator that holds what catches it only now and then lets it through at some
+grading seeds (bench/seed_sweep.py grades other seeds than the tests' 0). Writing mutants as edits of the
+reference keeps them in step with it: an edit whose `old` text no longer occurs exactly once fails loudly.
 """
 from __future__ import annotations
 
@@ -46,7 +48,8 @@ def failed_levels(results: list[CheckResult]) -> set[int]:
 
 
 def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: int = 0) -> None:
-    """No level below `mutant.caught_at` fails it, that level does; where the mutant names the check built to
+    """No level below `mutant.caught_at` fails it, that level does (at the hidden level, every generated model
+    does); where the mutant names the check built to
     catch it (`caught_by`), that check fails it, with a hint where the kata's mutants.py says CAUGHT_WITH_A_HINT
     (a check that fails on what the pass returned can say how to fix it; one that fails on an exception the pass
     raised names the exception and its line instead)."""
@@ -56,13 +59,18 @@ def assert_caught_at_its_level(tmp_path: Path, kata: str, mutant: Mutant, seed: 
                                            f"is no check of level {mutant.caught_at}: {', '.join(names)}")
     tree = write_mutant_tree(tmp_path, kata, mutant)
     # Levels in order, stopping at the first failing check: every lower level passed in full by then. The check
-    # built for the mutant runs first at its level: where it fails, no other check of that level need run.
-    results = grade(kata, tree, seed=seed, levels=mutant.levels, stop_at_failure=True, first=mutant.caught_by)
+    # built for the mutant runs first at its level: where it fails, no other check of that level need run. A
+    # mutant of the hidden level is graded on every hidden model: each must fail it.
+    hidden = mutant.caught_at == 4
+    results = grade(kata, tree, seed=seed, levels=mutant.levels, stop_at_failure=not hidden, first=mutant.caught_by)
     failing = failed_levels(results)
     reasons = "\n".join(f"  {r.test_id}: {r.message.splitlines()[0]}" for r in results if not r.passed)
     assert failing, f"{kata} mutant {mutant.name} got full marks; level {mutant.caught_at} should catch it"
     assert min(failing) == mutant.caught_at, (
         f"{kata} mutant {mutant.name} is caught first at level {min(failing)}, expected {mutant.caught_at}:\n{reasons}")
+    if hidden and (passed := [r.check for r in results if r.level == 4 and r.passed]):
+        raise AssertionError(f"{kata} mutant {mutant.name} passes the hidden {', '.join(passed)} at seed {seed}: every "
+                             "generated model must hold what catches it, or some seed lets it through")
     if mutant.caught_by is not None:
         [built] = [r for r in results if r.check == mutant.caught_by]
         assert not built.passed, (f"{kata} mutant {mutant.name} slipped past {mutant.caught_by}, the check built "

@@ -1,6 +1,8 @@
 """Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
 from graders.run import Mutant, REPO_ROOT
 
+from . import models
+
 REFERENCE = (REPO_ROOT / "reference" / "02_matmul_bias_relu" / "solution.py").read_text()
 FUSED = "torch.matmul(x, w).add_(b).relu_()"
 BIAS_ADDS = """BIAS_ADDS = [
@@ -29,9 +31,10 @@ def fuse_matmul_bias_relu(gm: fx.GraphModule) -> int:
         rewritten += len(subgraph_rewriter.replace_pattern(gm, spelled_pattern(*spelling), epilogue_in_place))
     return rewritten
 """
-# One pattern per spelling the visible models use, instead of every combination.
-SEEN_SPELLINGS = [(0, 0, 0), (1, 0, 0), (2, 2, 2), (0, 1, 0), (1, 3, 3), (0, 0, 2), (0, 0, 3), (0, 0, 1),
-                  (1, 0, 2), (0, 1, 2), (1, 2, 3), (2, 3, 1)]
+# One pattern per spelling the visible models use, instead of every combination (positions in the reference's
+# tables, which list the spellings in the order of models.py's).
+SEEN_SPELLINGS = sorted(tuple(list(table).index(key) for table, key in zip(
+    (models.MATMULS, models.BIAS_ADDS, models.RELUS), spelling)) for spelling in models.VISIBLE_SPELLINGS)
 HAND_LISTED = (f"PATTERNS = [spelled_pattern(MATMULS[m], BIAS_ADDS[a], RELUS[r]) for m, a, r in {SEEN_SPELLINGS}]\n")
 
 FILTERED_CALL = """replace_pattern_with_filters(gm, spelling, TRACED_REPLACEMENT,

@@ -296,9 +296,16 @@ def chain(steps: list[Callable], h):
     return reduce(lambda value, step: step(value), steps, h)
 
 
-RANDOM_DRAWS = [lambda h: torch.rand_like(h), lambda h: torch.randn_like(h), lambda h: torch.randint_like(h, 3),
-                lambda h: torch.normal(h, 0.5), lambda h: torch.bernoulli(h, 0.5),
-                lambda h: F.dropout(h, 0.25, training=True), lambda h: F.alpha_dropout(h, 0.25, training=True)]
+# Random draws and pure modules: those no visible model calls come first. A generated model holds a block of each
+# kind (hidden_case), and each such block one of those first ones, so a pass that knows only the visible models'
+# random ops or pure modules fails the hidden level at every seed, not at one in four.
+UNSEEN_DRAWS = [lambda h: torch.randint_like(h, 3), lambda h: torch.normal(h, 0.5), lambda h: torch.bernoulli(h, 0.5),
+                lambda h: F.alpha_dropout(h, 0.25, training=True)]
+RANDOM_DRAWS = UNSEEN_DRAWS + [lambda h: torch.rand_like(h), lambda h: torch.randn_like(h),
+                               lambda h: F.dropout(h, 0.25, training=True)]
+UNSEEN_PURE = [nn.Tanh, nn.SiLU]
+PURE = UNSEEN_PURE + [nn.GELU, lambda width: nn.Dropout(0.25).eval(), lambda width: nn.BatchNorm1d(width).eval(),
+                      lambda width: nn.BatchNorm1d(width, track_running_stats=False)]
 # In-place writes in every spelling, with a random constant c; None: an nn.LeakyReLU(inplace=True) module.
 WRITES = [lambda t, c: t.add_(c), lambda t, c: t.mul_(c), lambda t, c: torch.sigmoid_(t),
           lambda t, c: F.leaky_relu(t, 0.2, inplace=True), lambda t, c: t.clamp_(max=c), lambda t, c: t.tanh_(),
@@ -312,10 +319,18 @@ ALIASES = [lambda t: t, lambda t: t, lambda t: t[:, :], lambda t: t.t().t(), lam
 METHOD_NAMES = ["neg", "sin", "cos", "tanh", "sigmoid", "exp", "abs", "relu"]
 
 
-def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) -> tuple[str, Callable, int]:
+BLOCK_KINDS = ["dup_chain", "dup_chain", "near_miss", "near_miss", "random", "inplace_between", "inplace_twice",
+               "mutated_later", "pure_module", "impure_module", "named_like_a_method"]
+IN_EVERY_MODEL = ["random", "pure_module"]
+
+
+def pure_module(width: int, make) -> nn.Module:
+    """An instance of a PURE entry: a module class (built without arguments) or a function of the width."""
+    return make() if isinstance(make, type) else make(width)
+
+
+def hidden_block(rng: random.Random, kind: str, width: int, modules: dict[str, nn.Module]) -> tuple[str, Callable, int]:
     """(kind, forward (model, h) -> h, the merges a correct pass makes in it)."""
-    kind = rng.choice(["dup_chain", "dup_chain", "near_miss", "near_miss", "random", "inplace_between",
-                       "inplace_twice", "mutated_later", "pure_module", "impure_module", "named_like_a_method"])
     pairs = [random_step(rng) for _ in range(rng.randint(1, 3))]
     steps = [step for step, _ in pairs]
 
@@ -332,9 +347,10 @@ def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) 
         differ_at = rng.randrange(len(pairs))
         other = steps[:differ_at] + [pairs[differ_at][1]] + steps[differ_at + 1:]
         return kind, lambda m, h: chain(steps, h) - chain(other, h), differ_at
-    if kind == "random":
-        draw, c = rng.choice(RANDOM_DRAWS), rng.choice([0.5, 2.0])
-        return kind, lambda m, h: h + draw(h) * c - draw(h), 0
+    if kind == "random":  # two draws, one of them no visible model calls; each called twice
+        draws, c = [rng.choice(UNSEEN_DRAWS), rng.choice(RANDOM_DRAWS)], rng.choice([0.5, 2.0])
+        rng.shuffle(draws)
+        return kind, lambda m, h: reduce(operator.add, (draw(h) * c - draw(h) for draw in draws), h), 0
     if kind in ("inplace_between", "inplace_twice", "mutated_later"):
         write, c = rng.choice(WRITES), rng.choice([0.5, 1.5, 2.0])
         alias, view = rng.choice(ALIASES), rng.choice(ALIASES)
@@ -350,12 +366,13 @@ def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) 
         return kind, lambda m, h: (getattr(h, name)() if method else m.get_submodule(name)(h)) * 0.5 + \
             (m.get_submodule(name)(h) if method else getattr(h, name)()), 0
     if kind == "pure_module":  # in the state it is in: eval-mode Dropout and BatchNorm are pure, so is a
-        # BatchNorm without running statistics in training mode
+        # BatchNorm without running statistics in training mode. A Linear, then two such modules, one of them of a
+        # kind no visible model calls: the copy of all three merges
         lin = module_at_random_path(nn.Linear(width, width))
-        act = module_at_random_path(rng.choice([nn.GELU(), nn.Tanh(), nn.SiLU(), nn.Dropout(0.25).eval(),
-                                                nn.BatchNorm1d(width).eval(),
-                                                nn.BatchNorm1d(width, track_running_stats=False)]))
-        return kind, lambda m, h: act(m, lin(m, h)) + act(m, lin(m, h)) * 0.5, 2
+        acts = [module_at_random_path(pure_module(width, make))
+                for make in rng.sample([rng.choice(UNSEEN_PURE), rng.choice(PURE)], 2)]
+        return kind, lambda m, h: chain([lambda t, act=act: act(m, t) for act in acts], lin(m, h)) * 1.5 + \
+            chain([lambda t, act=act: act(m, t) for act in acts], lin(m, h)), 3
     module = rng.choice([nn.Dropout(0.25), nn.BatchNorm1d(width), nn.LeakyReLU(0.2, inplace=True)]).train()
     impure = module_at_random_path(module)
     # Only the two h * 1.5 merge, unless the module writes to them (an inplace LeakyReLU).
@@ -365,7 +382,12 @@ def hidden_block(rng: random.Random, width: int, modules: dict[str, nn.Module]) 
 def hidden_case(rng: random.Random) -> Case:
     width = rng.choice([5, 8, 12, 16])
     modules: dict[str, nn.Module] = {}
-    blocks = [hidden_block(rng, width, modules) for _ in range(rng.randint(4, 7))]
+    kinds = [rng.choice(BLOCK_KINDS) for _ in range(rng.randint(4, 7))]
+    missing = [kind for kind in IN_EVERY_MODEL if kind not in kinds]
+    free = [place for place, kind in enumerate(kinds) if kind not in IN_EVERY_MODEL]
+    for place, kind in zip(rng.sample(free, len(missing)), missing):
+        kinds[place] = kind
+    blocks = [hidden_block(rng, kind, width, modules) for kind in kinds]
 
     def forward(m, h):
         for _, block, _ in blocks:

@@ -241,15 +241,19 @@ BENCHMARK = case(lambda: Program(causal_attention, n=LENGTH, d=DIM, inv_freq=tor
 
 TRANSPOSES = [lambda w: w.t(), lambda w: w.T, lambda w: torch.transpose(w, 0, 1), lambda w: w.permute(1, 0)]
 SCALES = [lambda t, s: t * s, lambda t, s: torch.mul(t, s), lambda t, s: t.mul(s)]
-RANDOM_DRAWS = [  # (draw from a constant vector v, call nodes a correct pass removes)
-    (lambda v: torch.rand(v.shape[0], device=v.device), 0), (lambda v: torch.randn_like(v), 0),
+# Random draws and in-place writes: those no visible model makes first (the zoo draws with torch.rand,
+# torch.randn_like and F.dropout, and writes with add_, mul_ and out=). Every generated model holds a random piece
+# and a mutated piece of those first ones, so a pass that lists the visible ones by hand fails every seed.
+UNSEEN_DRAWS = [  # (draw from a constant vector v, call nodes a correct pass removes)
     (lambda v: torch.rand_like(v), 0), (lambda v: torch.randint(0, 5, (v.shape[0],), device=v.device), 0),
     (lambda v: torch.normal(v, 1.0), 0), (lambda v: torch.bernoulli(v.sigmoid()), 1),
-    (lambda v: F.dropout(v * 2, 0.5), 1), (lambda v: v[torch.randperm(v.shape[0], device=v.device)], 0)]
-IN_PLACE_WRITES = [
-    lambda b: b.add_(0.25), lambda b: b.mul_(1.1), lambda b: b.sub_(0.1), lambda b: b.div_(1.5),
-    lambda b: b.clamp_(max=1.2), lambda b: b[1:].add_(0.5), lambda b: torch.mul(b, 0.9, out=b),
-    lambda b: b.zero_(), lambda b: torch.sqrt_(b)]
+    (lambda v: v[torch.randperm(v.shape[0], device=v.device)], 0)]
+RANDOM_DRAWS = UNSEEN_DRAWS + [(lambda v: torch.rand(v.shape[0], device=v.device), 0),
+                               (lambda v: torch.randn_like(v), 0), (lambda v: F.dropout(v * 2, 0.5), 1)]
+UNSEEN_WRITES = [lambda b: b.sub_(0.1), lambda b: b.div_(1.5), lambda b: b.clamp_(max=1.2), lambda b: b.zero_(),
+                 lambda b: torch.sqrt_(b)]
+IN_PLACE_WRITES = UNSEEN_WRITES + [lambda b: b.add_(0.25), lambda b: b.mul_(1.1), lambda b: b[1:].add_(0.5),
+                                   lambda b: torch.mul(b, 0.9, out=b)]
 TRAPS = ["random", "mutated", "capped", "input_dependent", "module_on_constant"]
 KINDS = ["scaled_weight", "triangular", "positions", "exp_sum"] + TRAPS
 ONES = [  # (an n x n matrix of ones like the weight w, its call nodes): each spelling folds whole
@@ -258,8 +262,9 @@ ONES = [  # (an n x n matrix of ones like the weight w, its call nodes): each sp
 COLUMNS = [lambda steps: steps.unsqueeze(1), lambda steps: steps[:, None]]
 
 
-def hidden_piece(rng: random.Random, kind: str, n: int) -> tuple[Program, int]:
-    """One term of a hidden model, its attributes under random names, and the call nodes a correct pass removes."""
+def hidden_piece(rng: random.Random, kind: str, n: int, unseen: bool = False) -> tuple[Program, int]:
+    """One term of a hidden model, its attributes under random names, and the call nodes a correct pass removes.
+    `unseen`: a random or mutated piece draws or writes as no visible model does."""
     name, other = (random_identifier(rng) + f"_{i}" for i in range(2))
     weight, get = {name: nn.Parameter(torch.randn(n, n) / math.sqrt(n))}, operator.attrgetter(name)
     if kind == "scaled_weight":
@@ -278,10 +283,11 @@ def hidden_piece(rng: random.Random, kind: str, n: int) -> tuple[Program, int]:
         return Program(lambda m, x: x * (get(m) + getattr(m, other)).exp(),
                        **{name: param(n), other: torch.randn(n) * 0.3}), 2
     if kind == "random":
-        draw, calls = rng.choice(RANDOM_DRAWS)
+        draw, calls = rng.choice(UNSEEN_DRAWS if unseen else RANDOM_DRAWS)
         return Program(lambda m, x: x + draw(get(m)), **{name: torch.randn(n)}), calls
     if kind == "mutated":  # the buffer is written before or after it is read (a tuple runs left to right)
-        write, written_first, read = rng.choice(IN_PLACE_WRITES), rng.random() < 0.5, lambda m, x: x * get(m).cos()
+        write = rng.choice(UNSEEN_WRITES if unseen else IN_PLACE_WRITES)
+        written_first, read = rng.random() < 0.5, lambda m, x: x * get(m).cos()
         mutated = lambda m, x: (write(get(m)), read(m, x))[1] if written_first else (read(m, x), write(get(m)))[0]
         return Program(mutated, **{name: torch.rand(n) + 0.5}), 0
     if kind == "module_on_constant":  # a leaf module on a constant: a call_module node never folds
@@ -294,12 +300,14 @@ def hidden_piece(rng: random.Random, kind: str, n: int) -> tuple[Program, int]:
 
 def hidden_case(rng: random.Random) -> Case:
     n = rng.choice([8, 12, 16, 24])
-    # At least one piece whose trap takes knowing a whole family of ops (random draws, in-place writes).
-    kinds = [rng.choice(["random", "mutated"])] + [rng.choice(TRAPS) for _ in range(rng.randint(0, 1))]
+    # Two pieces whose traps take knowing a whole family of ops, a random draw and an in-place write, each as no
+    # visible model spells it (the first two below); then up to one more trap and two to four pieces of any kind.
+    kinds = ["random", "mutated"] + [rng.choice(TRAPS) for _ in range(rng.randint(0, 1))]
     kinds += [rng.choice(KINDS) for _ in range(rng.randint(2, 4))]
-    rng.shuffle(kinds)
+    order = rng.sample(range(len(kinds)), len(kinds))
+    kinds, unseen = [kinds[i] for i in order], [i < 2 for i in order]
     paths = [random_path(rng, 3, i) for i in range(len(kinds))]
-    pieces = [hidden_piece(rng, kind, n) for kind in kinds]
+    pieces = [hidden_piece(rng, kind, n, first) for kind, first in zip(kinds, unseen)]
     sum_of_terms = lambda m, x: sum((m.get_submodule(path)(x) for path in paths), x)  # x plus every piece's term
     return case(lambda: Program(sum_of_terms, **{path: piece for path, (piece, _) in zip(paths, pieces)}), (n,),
                 sum(calls for _, calls in pieces),

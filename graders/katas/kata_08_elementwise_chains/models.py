@@ -250,11 +250,24 @@ def hidden_case(rng: random.Random) -> Case:
     width = rng.choice([8, 12, 16])
     modules: dict[str, type] = {}  # the nn-module spellings, installed under random dotted paths
     program = []  # step i computes value 2 + i from the model and the values before it (x, y, ...)
-    for step in range(rng.randint(10, 18)):
+    steps = rng.randint(10, 18)
+    # Every model holds an nn-module activation under a random path, read by an elementwise function and by nothing
+    # else, so that it sits in a chain: one that a pass knowing activation modules by their attribute names (the
+    # visible models' relu, sigmoid, tanh) gets wrong at every seed.
+    module_at = rng.randrange(steps - 1)
+    def any_value(count: int) -> int:  # of the values so far, any but the module's
+        return rng.choice([value for value in range(count) if value != 2 + module_at])
+    for step in range(steps):
         count = 2 + step  # the values so far: x, y and one per earlier step
-        source, roll = count - 1 if rng.random() < 0.8 else rng.randrange(count), rng.random()
-        if roll < 0.45:
+        source, roll = count - 1 if rng.random() < 0.8 else any_value(count), rng.random()
+        if step in (module_at, module_at + 1):
+            module_step = step == module_at
+            source, roll = count - 1, 0.0
+            spell = rng.choice([spell for group in UNARY_SPELLINGS for spell in group
+                                if isinstance(spell, type) == module_step])
+        elif roll < 0.45:
             spell = rng.choice(rng.choice(UNARY_SPELLINGS))
+        if roll < 0.45:
             if isinstance(spell, type):
                 path = random_path(rng, 2, step)
                 modules[path] = spell
@@ -263,7 +276,7 @@ def hidden_case(rng: random.Random) -> Case:
                 program.append(lambda m, vs, s=source, f=spell: f(vs[s]))
         elif roll < 0.85:
             spell, kind = rng.choice(rng.choice(BINARY_SPELLINGS)), rng.choice(["scalar", "input", "bias", "value"])
-            other = rng.randrange(count) if kind == "value" else rng.randrange(2)  # "input": x or y
+            other = any_value(count) if kind == "value" else rng.randrange(2)  # "input": x or y
             scalar, swap = round(rng.uniform(0.5, 1.5), 3), rng.random() < 0.4 and kind != "scalar"
             def binary(m, vs, s=source, f=spell, kind=kind, other=other, scalar=scalar, swap=swap):
                 operand = scalar if kind == "scalar" else m.bias if kind == "bias" else vs[other]
@@ -274,7 +287,8 @@ def hidden_case(rng: random.Random) -> Case:
             program.append(lambda m, vs, s=source, d=scalar: vs[s] / d if d > 2 else torch.div(vs[s], d))
         else:
             program.append(lambda m, vs, s=source, f=rng.choice(BREAKERS): f(m, vs[s]))
-    extra_outputs = rng.sample(range(2, 2 + len(program) - 1), k=rng.randint(0, 2))
+    extra_outputs = rng.sample([value for value in range(2, 2 + len(program) - 1) if value != 2 + module_at],
+                               k=rng.randint(0, 2))
     def run(m, x, y):
         values = [x, y]
         for op in program:

@@ -208,11 +208,14 @@ LOOKALIKES = {
 def hidden_case(rng: random.Random) -> Case:
     width = rng.choice([8, 12, 16, 24])
     kinds = [rng.choice(["gelu"] * 7 + list(LOOKALIKES)) for _ in range(rng.randint(2, 5))]
-    if "gelu" not in kinds:
-        kinds[rng.randrange(len(kinds))] = "gelu"
+    # At least one GELU, and it calls its tanh as an nn.Tanh under a random name: a pass that knows the module by
+    # the visible models' name for it (`tanh`) fails every seed
+    module_tanh = rng.randrange(len(kinds))
+    kinds[module_tanh] = "gelu"
     blocks = []
     for index, kind in enumerate(kinds):
-        spelling = Spelling(product=rng.choice(PRODUCTS), one_first=rng.random() < 0.5, tanh=rng.choice(TANHS),
+        tanh = "module" if index == module_tanh else rng.choice(TANHS)
+        spelling = Spelling(product=rng.choice(PRODUCTS), one_first=rng.random() < 0.5, tanh=tanh,
                             scale_first=rng.random() < 0.5, linear_first=rng.random() < 0.5,
                             k_first=rng.random() < 0.5, cube=rng.choice(list(CUBES)), scale=rng.choice(SCALES))
         act = HandGelu(spelling if kind == "gelu" else LOOKALIKES[kind](rng, spelling), random_identifier(rng))
