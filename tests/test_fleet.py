@@ -462,6 +462,31 @@ def test_a_solution_that_takes_its_machine_down_again_and_again_crashes_the_grad
         cluster.stop_worker(name)
 
 
+def test_the_fleets_key_is_its_owners_alone_and_missing_certificates_are_named(tmp_path):
+    """score.py --make-certificates: fleet.pem holds the fleet's private key, so only its owner may read it (0600,
+    whatever the umask, and over an older fleet.pem that was not); ca.pem is the authority's certificate alone, no key in it (the authority's key is not
+    kept). --certificates on a folder without them names the missing files and the command that makes them."""
+    from graders.competition.certificates import make, security
+
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "fleet.pem").write_text("an older fleet's, left readable")
+    (tmp_path / "certs" / "fleet.pem").chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        ca, fleet = make(tmp_path / "certs")  # over the old one: a new fleet makes new certificates
+    finally:
+        os.umask(old)
+    assert fleet.stat().st_mode & 0o777 == 0o600
+    assert b"PRIVATE KEY" in fleet.read_bytes() and b"PRIVATE KEY" not in ca.read_bytes()
+    assert ca.read_bytes().count(b"BEGIN CERTIFICATE") == 1
+    with pytest.raises(FileNotFoundError, match=r"no ca\.pem or fleet\.pem there .*--make-certificates"):
+        security(tmp_path / "empty")
+    (tmp_path / "half").mkdir()
+    shutil.copy(ca, tmp_path / "half" / "ca.pem")
+    with pytest.raises(FileNotFoundError, match=r"no fleet\.pem there"):
+        security(tmp_path / "half")
+
+
 def test_a_tls_fleet_admits_only_workers_holding_its_certificate(tmp_path, processes):
     """Across machines the scheduler listens on tls:// and every peer presents the fleet's certificate
     (score.py --make-certificates; graders/competition/certificates.py): a worker without one, or with another

@@ -56,6 +56,7 @@ def make(directory: Path) -> tuple[Path, Path]:
     key = fleet_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.NoEncryption())
     descriptor = os.open(fleet_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a fleet.pem already there keeps its mode through O_CREAT: made private first
     with os.fdopen(descriptor, "wb") as out:
         out.write(fleet.public_bytes(serialization.Encoding.PEM) + key)
     return ca_path, fleet_path
