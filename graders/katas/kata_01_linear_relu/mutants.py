@@ -112,6 +112,27 @@ MUTANTS = [
                '\n        self.register_buffer("out", torch.empty(0), persistent=False)  # reused: nothing to allocate'
                "\n\n    def forward").replace(FORWARD, "        return torch.addmm(self.bias, x, self.weight.t(), out=self.out).relu_()"),
            caught_at=1),
+    # Each spelling of ReLU is a check of its own: a pass that lists one function and not the other, or that
+    # leaves an in-place ReLU alone ("it overwrites the Linear's output": which has no other user), fuses less.
+    Mutant("misses_torch_relu", "RELU_FUNCTIONS = {torch.relu, torch.relu_, F.relu}",
+           "RELU_FUNCTIONS = {torch.relu_, F.relu}", caught_at=2, caught_by="torch_relu"),
+    Mutant("misses_functional_relu", "RELU_FUNCTIONS = {torch.relu, torch.relu_, F.relu}",
+           "RELU_FUNCTIONS = {torch.relu, torch.relu_}", caught_at=2, caught_by="functional_relu"),
+    Mutant("leaves_functional_inplace_relu", "        return node.target in RELU_FUNCTIONS",
+           '        return node.target in RELU_FUNCTIONS and not node.kwargs.get("inplace")',
+           caught_at=2, caught_by="functional_relu_inplace"),
+    Mutant("leaves_inplace_relu_modules", "type(modules.get(node.target)) is nn.ReLU",
+           "type(modules.get(node.target)) is nn.ReLU and not modules[node.target].inplace",
+           caught_at=2, caught_by="relu_module_inplace"),
+    # Stops after the first pair (a return or break inside the loop): the basic model has one.
+    Mutant("fuses_only_the_first_pair", "        gm.graph.erase_node(linear_node)\n",
+           "        gm.graph.erase_node(linear_node)\n        break  # done\n", caught_at=2, caught_by="several_layers"),
+    # Preallocates the result in the default dtype: a float64 model's matmul refuses to write float32.
+    Mutant("output_in_the_default_dtype", FORWARD,
+           "        out = torch.empty(x.shape[:-1] + (self.out_features,), device=x.device)\n"
+           "        torch.matmul(x, self.weight.t(), out=out)\n"
+           "        return (out if self.bias is None else out.add_(self.bias)).relu_()",
+           caught_at=2, caught_by="float64_model"),
     # Right outputs and structure, but every layer still writes a second tensor: only L3 counts it.
     Mutant("fused_relu_out_of_place", FORWARD, "        return F.relu(F.linear(x, self.weight, self.bias))",
            caught_at=3),
