@@ -64,3 +64,19 @@ def test_the_seed_sweep_reports_each_wrong_grading_with_its_seed(tmp_path, monke
     assert seed_sweep.sweep("04_dce", [7], tmp_path) == []
     assert seed_sweep.sweep("04_dce", [7], tmp_path, mutants=[4]) == [
         "seed 7: claimed_caught: 04_dce mutant claimed_caught got full marks; level 4 should catch it"]
+
+
+def test_mutant_coverage_names_the_checks_no_mutant_fails(tmp_path, monkeypatch, capsys):
+    """bench/mutant_coverage.py grades each mutant on every check of its level: kata 04's no-op (it removes
+    nothing) fails both L1 checks; with it the only mutant, every L2 and L4 check is reported unproven."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "bench"))
+    import mutant_coverage
+
+    no_op = MUTANT_MODULES["04_dce"].NO_OP
+    monkeypatch.setattr("graders.dev.mutation.kata_mutants", lambda kata: SimpleNamespace(MUTANTS=[no_op]))
+    report = mutant_coverage.failed_by("04_dce", tmp_path)
+    level = {check.name: check.level for check in load_grader("04_dce").checks}
+    assert {check: mutants for check, mutants in report.items() if mutants} == {
+        check: ["no_op"] for check in level if level[check] == 1}
+    assert {check for check, mutants in report.items() if not mutants} == {
+        check for check in level if level[check] in (2, 4)}
