@@ -31,6 +31,13 @@ SCALARS = """    if isinstance(arg, (float, complex)):
     if isinstance(arg, _PLAIN_CONSTANTS):
         return (type(arg), arg)
 """
+SKIP = "        if node in mutated or node in returned or not _is_pure(node, modules):\n"
+TUPLES_TO_NODE_KEY = _REFERENCE[_REFERENCE.index("    if isinstance(arg, (tuple, list)):"):
+                                _REFERENCE.index("_constant_key(dict(node.kwargs)))")]
+SKIP_TO_MERGE = _REFERENCE[_REFERENCE.index(SKIP):
+                           _REFERENCE.index(MERGE) + len(MERGE)]
+TENSOR_KEY_TO_SKIP = _REFERENCE[_REFERENCE.index("        return (torch.Tensor, id(arg))"):
+                                _REFERENCE.index(SKIP) + len(SKIP)]
 RANDOM_OPS_END = '    "feature_alpha_dropout", "rrelu", "gumbel_softmax",\n}\n'
 PURE_MODULES_END = "    nn.Softmax, nn.LogSoftmax, nn.PReLU,\n)\n"
 BARRIER = "            available.clear()\n"
@@ -116,6 +123,32 @@ MUTANTS = [
     Mutant("batchnorm_without_running_stats_impure",
            "_NormBase) and module.training and module.track_running_stats:", "_NormBase) and module.training:",
            caught_at=2, caught_by="eval_mode_modules_merge"),
+    # Gap: only functions and methods are expressions; a module call (a Linear, a GELU) is never merged.
+    Mutant("never_merges_modules", '    if node.op not in ("call_function", "call_method", "call_module"):\n            continue',
+           '    if node.op not in ("call_function", "call_method"):\n            continue',
+           caught_at=2, caught_by="pure_modules_merge"),
+    # Gap: node.args keyed element by element, and only lists (torch.cat's) handled inside it: a tuple
+    # argument (torch.stack((x, y))) is "unknown", so the stacks never merge.
+    Mutant("tuple_args_unmergeable", TUPLES_TO_NODE_KEY,
+           TUPLES_TO_NODE_KEY.replace("isinstance(arg, (tuple, list)):", "isinstance(arg, list):")
+           .replace("_constant_key(node.args)", "tuple(_constant_key(a) for a in node.args)"),
+           caught_at=2, caught_by="list_and_tuple_args"),
+    # Gap: returned copies "kept apart" by handing the caller a clone of the first copy, and each clone
+    # counted as a merge although no node left the graph.
+    Mutant("clones_returned_copies", SKIP_TO_MERGE,
+           SKIP_TO_MERGE.replace(" or node in returned", "").replace(
+               "            node.replace_all_uses_with(first)\n",
+               "            if node in returned:  # the caller still gets two tensors\n"
+               "                with graph.inserting_before(node):\n"
+               "                    first = graph.call_method(\"clone\", (first,))\n"
+               "            node.replace_all_uses_with(first)\n"),
+           caught_at=2, caught_by="returned_copies"),
+    # Gap: torch.fx's CSEPass way (returned copies merge, which is accepted), with a tensor constant keyed by
+    # its dtype and shape (what a trace guard looks at), not its identity: two different tensors merge.
+    Mutant("tensor_keyed_by_metadata", TENSOR_KEY_TO_SKIP,
+           TENSOR_KEY_TO_SKIP.replace("        return (torch.Tensor, id(arg))",
+                                      "        return (torch.Tensor, arg.dtype, tuple(arg.shape))")
+           .replace(" or node in returned", ""), caught_at=2, caught_by="tensor_constant_args"),
     # Lists cut down to what the visible models use: the hidden models draw from wider ones.
     Mutant("random_ops_seen_in_visible_models", RANDOM_OPS_END,
            RANDOM_OPS_END + 'RANDOM_OPS = {"rand", "rand_like", "randn_like", "dropout"}\n', caught_at=4),

@@ -94,6 +94,32 @@ MUTANTS = [
             with graph.inserting_before(output):
                 output.replace_input_with(stored, graph.call_method("clone", (stored,)))
 """, "", caught_at=2),
+    # Arguments mapped one level deep (`values[a] if isinstance(a, fx.Node) else a`): the nodes inside a list
+    # argument (torch.cat([angles.sin(), angles.cos()])) reach the op as fx.Nodes.
+    Mutant("evaluates_top_level_args_only",
+           "    args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: values[n])\n",
+           "    args = [values[a] if isinstance(a, fx.Node) else a for a in node.args]\n"
+           "    kwargs = {k: values[v] if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}\n",
+           caught_at=2, caught_by="sinusoidal_positions"),
+    # One fresh name picked for "the" folded constant: a second stored value overwrites the first.
+    Mutant("one_name_for_every_stored_value",
+           "    taken: set[str] = set()\n    for node in to_store:\n        name = _fresh_name(gm, taken)\n",
+           "    name = _fresh_name(gm, set())\n    for node in to_store:\n",
+           caught_at=2, caught_by="partially_constant"),
+    # An early exit when there is nothing to store, that forgets the count: the pass returns None, not 0.
+    Mutant("returns_none_when_nothing_folds", "    taken: set[str] = set()\n",
+           "    if not to_store:\n        return  # nothing to fold\n    taken: set[str] = set()\n",
+           caught_at=2, caught_by="depends_on_input"),
+    # Module calls on constant inputs folded whole (as torch.fx.experimental.const_fold does), with randomness
+    # looked for in functions and methods only: a Dropout in training mode freezes one mask.
+    Mutant("folds_random_modules_on_constants",
+           "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
+           "        elif node.op == \"call_module\" and all(n in values for n in node.all_input_nodes):\n"
+           "            with torch.no_grad():\n"
+           "                args = fx.node.map_arg(node.args, lambda n: values[n])\n"
+           "                values[node] = gm.get_submodule(node.target)(*args).detach()\n"
+           "        elif _is_call(node) and not _draws_random_numbers(node) and not _written_by(node):\n",
+           caught_at=2, caught_by="dropout_module_on_constant"),
     Mutant("in_place_ops_listed_by_hand",
            'in_place = (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem',
            'in_place = name in ("add_", "mul_", "copy_", "fill_")', caught_at=4),

@@ -2,6 +2,8 @@
 from graders.run import Mutant, Variant
 
 NEXT_RULE = "        replacement = (identity_operand(node, modules)"
+ADD_ZERO = ("        if isinstance(x, fx.Node) and (is_negative_zero(zero) or\n"
+            "                                       (is_positive_zero(zero, modules) and meta(x) and not is_float(x))):\n")
 NO_OP = Mutant("no_op", "    # Shapes and dtypes of every node", "    return 0\n    # Shapes and dtypes of every node",
                caught_at=1)
 # What a name-matching pass calls a node: the module's class name, else the function's or method's name.
@@ -110,6 +112,34 @@ MUTANTS = [
            f'if isinstance(inner, fx.Node) and all("relu" in {NAME}.lower() for n in (node, inner)):',
            caught_at=2, caught_by="relu_lookalikes"),
     Mutant("misses_nn_relu_modules", 'MODULES = {nn.ReLU: "relu"}', "MODULES = {}", caught_at=2),
+    # x + 0 left alone whatever the dtype (the -0.0 + 0 trap of floats), integers included.
+    Mutant("never_plus_zero_for_integers", ADD_ZERO,
+           "        if isinstance(x, fx.Node) and is_negative_zero(zero):\n",
+           caught_at=2, caught_by="integer_identities"),
+    # x + 0 rewritten for integers only: -0.0, the one float zero that adds exactly, is not known as an identity.
+    Mutant("never_plus_negative_zero", ADD_ZERO,
+           "        if isinstance(x, fx.Node) and is_positive_zero(zero, modules) and meta(x) and not is_float(x):\n",
+           caught_at=2, caught_by="plus_negative_zero"),
+    # The promotion predicted with torch.promote_types, a Python float taken for a float32 tensor: h * 1.0 on a
+    # float16 h is thought to become float32, so it is left alone (torch.result_type keeps float16).
+    Mutant("python_float_promotes_half", "    a, b = node.args\n",
+           "    a, b = node.args\n"
+           "    tensor, literal = (a, b) if isinstance(a, fx.Node) else (b, a)\n"
+           "    if (is_literal_number(literal) and meta(tensor)\n"
+           "            and torch.promote_types(meta(tensor).dtype, torch.tensor(literal).dtype) != meta(tensor).dtype):\n"
+           "        return None  # the literal would promote x\n",
+           caught_at=2, caught_by="half_precision"),
+    # Erases the constant a rewrite leaves unused, but not its own inputs: torch.ones(x.shape[-1], device=x.device)
+    # goes, x.shape, its [-1] and x.device stay behind, dead.
+    Mutant("erases_dead_inputs_one_level",
+           "    graph.erase_node(node)\n    for input_node in inputs:\n        erase_if_dead(input_node, graph)\n",
+           "    graph.erase_node(node)\n", caught_at=2, caught_by="ones_and_zeros_tensors"),
+    # Collapses a relu pair only when the inner relu has no other user, as a fusion pass does; but relu(y) is y
+    # whoever else reads y.
+    Mutant("relu_pair_needs_a_single_user",
+           'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu":',
+           'if op_kind(node, modules) == "relu" and op_kind(inner, modules) == "relu" and len(inner.users) == 1:',
+           caught_at=2, caught_by="relu_chain_with_other_user"),
     Mutant("top_level_module_names_only", "return MODULES.get(type(modules.get(node.target)))",
            'return MODULES.get(type(getattr(modules[""], node.target, None)))', caught_at=4),
 ]
