@@ -145,6 +145,18 @@ MUTANTS = [
     # The second model runs from the RNG state the first left: a model that draws looks like one that changed.
     Mutant("effects_without_resetting_the_rng",
            "                set_rng_state(start)\n", "", caught_at=2, caught_by="pure_rewrite_keeps_every_effect"),
+    # torch.allclose used as if it asserted: it returns a bool, which nobody reads, so every sample "matches".
+    Mutant("allclose_result_ignored",
+           "            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef gradients(",
+           "            for g, w in zip(got, want):\n                torch.allclose(g, w, atol=atol, rtol=rtol)\n"
+           "    return True\n\n\ndef gradients(", caught_at=1, caught_by="obviously_wrong_pass"),
+    # A random cotangent drawn inside the gradient function, so each model gets its own: even the identity differs.
+    Mutant("cotangent_per_model", "    loss = sum((o * c).sum() for o, c in zip(outputs, cotangents))\n",
+           "    loss = sum((o * torch.randn_like(o)).sum() for o in outputs)\n", caught_at=1, caught_by="identity_pass"),
+    # Gradients without allow_unused=True: a parameter the output does not depend on (a dead branch's Linear, in
+    # the original as much as after the pass) makes autograd.grad raise, and the gradient check fails.
+    Mutant("grad_without_allow_unused", "torch.autograd.grad(loss, wrt, allow_unused=True)",
+           "torch.autograd.grad(loss, wrt)", caught_at=2, caught_by="dead_code_elimination"),
     Mutant("fixed_tolerances",
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n',
            '    """Run `pass_fn` on a traced copy of `model` and say what it preserved (README, "Your task")."""\n'

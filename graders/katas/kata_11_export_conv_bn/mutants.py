@@ -67,6 +67,23 @@ MUTANTS = [
 """, """        if "batch_norm" not in str(bn.target):
             continue
 """, caught_at=2, caught_by="bn_in_training_mode"),
+    # Every BN argument must be a lifted tensor: with affine=False gamma and beta are None, and the pair is left.
+    Mutant("requires_gamma_and_beta",
+           "    if any(t is None and (a is not None or i >= 2) for i, (a, t) in enumerate(zip(bn.args[1:5], tensors))):\n",
+           "    if any(t is None for t in tensors):\n", caught_at=2, caught_by="bn_affine_false"),
+    # "Grouped convolutions need a per-group scale": leaves them, though the scale is per output channel anyway.
+    Mutant("leaves_grouped_convs", "    if conv.args[6]:  # transposed", "    if conv.args[6] or conv.args[8] != 1:  # transposed",
+           caught_at=2, caught_by="grouped_dilated_strided"),
+    # The folded convolution's arguments spelled out as a plain one's: stride, padding and dilation kept, groups 1.
+    Mutant("folded_conv_forgets_groups", "bias_folded\", bias), *conv.args[3:])\n",
+           "bias_folded\", bias), *conv.args[3:6], False, [0, 0], 1)\n",
+           caught_at=2, caught_by="depthwise"),
+    # Walks back from the BN through any op to the first convolution it finds: through an add of two convolutions
+    # it folds the BN into the first alone.
+    Mutant("folds_through_any_op", "    conv = bn.args[0]\n",
+           "    conv = bn.args[0]\n"
+           "    while isinstance(conv, fx.Node) and conv.op == \"call_function\" and conv.target is not CONVOLUTION:\n"
+           "        conv = conv.args[0]\n", caught_at=2, caught_by="bn_after_add_of_two_convs"),
     # Folds into the convolution's own weight parameter: a second convolution reading it changes too.
     Mutant("folds_into_the_shared_weight", NEW_WEIGHT,
            "        state_dict[name] = nn.Parameter(weight, requires_grad=False)\n"

@@ -10,6 +10,12 @@ MUTANTS = [
     Mutant("never_writes_inputs", "        if key in inputs:\n", "        if key in inputs:\n            continue\n",
            caught_at=1),
     Mutant("ignores_dtype", "or s.dtype != r.dtype or", "or", caught_at=2),
+    # "An op with an in-place variant is elementwise: its result has self's shape." Not where the other operand
+    # broadcasts self up (x.sum(0) + x: self [6], the result [4, 6]).
+    Mutant("ignores_shape",
+           "or s.dtype != r.dtype or s.dim() != r.dim():\n        return False\n"
+           "    if not all(statically_known_true(a == b) for a, b in zip(s.shape, r.shape)):\n        return False\n",
+           "or s.dtype != r.dtype:\n        return False\n", caught_at=2, caught_by="broadcast_grows"),
     Mutant("ignores_internal_overlap", "    return torch._debug_has_internal_overlap(s) != 1", "    return True",
            caught_at=2),
     # Reads sizes as Python ints: right on every static graph, but on a symbolic trace int(s0) specializes the
