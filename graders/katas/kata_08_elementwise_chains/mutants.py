@@ -97,6 +97,33 @@ MUTANTS = [
     Mutant("fused_node_under_no_grad", "    def forward(self, *inputs):\n        chain = self.chain",
            "    @torch.no_grad()\n    def forward(self, *inputs):\n        chain = self.chain",
            caught_at=2, caught_by="fuse_under_autograd"),
+    # Links each elementwise node to its input with one user, forgetting to ask that the input be elementwise
+    # too: the basic model's linear becomes the head of its chain.
+    Mutant("links_non_elementwise_inputs", ONE_USER, "if len(source.users) == 1:",
+           caught_at=1, caught_by="find_basic"),
+    # Lists an op with an operator by its operator only: torch.add(a, b), torch.neg(v), ... are spellings too.
+    Mutant("misses_torch_function_spellings",
+           '    operator.add: "add", torch.add: "add",\n'
+           '    operator.sub: "sub", torch.sub: "sub",\n'
+           '    operator.mul: "mul", torch.mul: "mul",\n'
+           '    operator.truediv: "div", torch.div: "div",\n'
+           '    operator.neg: "neg", torch.neg: "neg",\n'
+           '    operator.abs: "abs", torch.abs: "abs",\n',
+           '    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",\n'
+           '    operator.neg: "neg", operator.abs: "abs",\n',
+           caught_at=2, caught_by="find_function_spellings"),
+    # Takes the operators to be + - * / only: -v and abs(v) trace to operator.neg and operator.abs.
+    Mutant("misses_unary_operators",
+           '    operator.neg: "neg", torch.neg: "neg",\n    operator.abs: "abs", torch.abs: "abs",\n',
+           '    torch.neg: "neg",\n    torch.abs: "abs",\n', caught_at=2, caught_by="find_operator_spellings"),
+    # Runs a unary step in place with the keywords of its call: F.relu(v) traces with inplace=False, which
+    # Tensor.relu_ does not take.
+    Mutant("in_place_keeps_call_keywords",
+           '    if step.kind in IN_PLACE_UNARY and len(step.args) == 1 and not kwargs:\n'
+           '        return Step(step.kind, "call_method", step.kind + "_", step.args, {})\n',
+           '    if step.kind in IN_PLACE_UNARY and len(step.args) == 1:\n'
+           '        return Step(step.kind, "call_method", step.kind + "_", step.args, step.kwargs)\n',
+           caught_at=2, caught_by="fuse_function_spellings"),
     Mutant("modules_by_attribute_name", "        module = modules.get(node.target)\n",
            "        return {'relu': 'relu', 'sigmoid': 'sigmoid', 'tanh': 'tanh'}.get(node.target.split('.')[-1])\n"
            "        module = modules.get(node.target)\n", caught_at=4),
