@@ -8,6 +8,8 @@ import re
 import shutil
 import signal
 import sys
+import time
+from pathlib import Path
 
 import pexpect
 
@@ -40,8 +42,8 @@ def stored_complete(monkeypatch, state, tree, kata):
     progress.remember(tree, {kata: {"status": "graded", "points": 100.0, "max_points": 100.0, "checks": []}})
 
 
-def spawn(tmp_path, tree, *options):
-    env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state"), "COLUMNS": "80", "LINES": "40"}
+def spawn(tmp_path, tree, *options, env=None):
+    env = {**os.environ, "FX_KATAS_STATE": str(tmp_path / "state"), "COLUMNS": "80", "LINES": "40", **(env or {})}
     child = pexpect.spawn(sys.executable, [str(REPO_ROOT / "graders" / "watch.py"), "--solutions", str(tree),
                                            *options], cwd=str(tmp_path), env=env, encoding="utf-8",
                           timeout=120, dimensions=(40, 80), preexec_fn=default_interrupt)
@@ -238,3 +240,50 @@ def test_progress_counts_complete_katas_as_the_learner_earned_them(tmp_path, mon
     (tree / first / "solution.py").write_text("# edited since\n")  # another file: graded again before it counts
     assert known() == {"points": 0.0, "complete": False}
     assert progress.first_unfinished(tree) == first
+
+
+def test_saves_are_graded_by_processes_forked_from_one_zygote_that_waits_and_leaves_with_the_watcher(tmp_path):
+    """Each grading process is forked from the session's zygote, not started as a new interpreter: the solution,
+    loaded in it, finds the zygote as its parent. The zygote waits for the next save however long the learner
+    takes (here past FX_KATAS_ZYGOTE_IDLE, the idle time of other clients' zygotes); Ctrl-C ends the watcher
+    and, with it, the zygote, and prints no traceback of the zygote's."""
+    kata = "04_dce"
+    tree, parents = tmp_path / "tree", tmp_path / "parents"
+    stubs(tree, kata)
+    solution = (REPO_ROOT / "reference" / kata / "solution.py").read_text() + (
+        f"\nimport os\nwith open({str(parents)!r}, 'a') as _file:\n    _file.write(f'{{os.getppid()}}\\n')\n")
+    (tree / kata / "solution.py").write_text(solution)
+    child = spawn(tmp_path, tree, "--no-speed", "--kata", kata, env={"FX_KATAS_ZYGOTE_IDLE": "1"})
+    zygote = None
+    try:
+        child.expect(r"04_dce is complete: every check that ran passes\.")
+        child.expect("Save solution.py to regrade")
+        time.sleep(3)  # idle, past FX_KATAS_ZYGOTE_IDLE
+        (tree / kata / "solution.py").write_text(solution + "# saved again\n")
+        child.expect("Grading")
+        child.expect(r"04_dce is complete: every check that ran passes\.")
+        child.expect("Save solution.py to regrade")
+        seen = set(parents.read_text().split())
+        assert len(seen) == 1, f"the gradings' parents: {seen}"
+        zygote = int(seen.pop())
+        assert child.logfile_read.getvalue().count("Grading") == 2
+        assert b"graders.batch.zygote" in Path(f"/proc/{zygote}/cmdline").read_bytes()
+        quit_cleanly(child)
+        assert "Traceback" not in child.logfile_read.getvalue()
+        for _ in range(100):  # its pipe closed with the watcher: it ends within its next select (0.1 s)
+            if not running(zygote):
+                break
+            time.sleep(0.1)
+        assert not running(zygote), "the zygote outlived the watcher"
+    finally:
+        child.close(force=True)
+        if zygote and running(zygote):
+            os.kill(zygote, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    """Is `pid` a live process (not ended; an ended one nobody has reaped yet is a zombie)?"""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -17,7 +17,10 @@ a session of its own (its process group is killed as one), its output in a file,
 the environment it would have been given, and death with the zygote, which exits when the process that
 started it closes its pipe (or dies), or when it has forked nothing and has no child for IDLE_SECONDS
 (about 650 MB of torch and graders a fleet machine should not keep for a run long over; the next request
-starts a new one, and a request that meets a zygote on its way out is made again of the new one).
+starts a new one, and a request that meets a zygote on its way out is made again of the new one). A client
+whose gradings come minutes apart and should each start at once (watch mode) keeps its zygotes warm instead
+(keep_warm). Ctrl-C in a terminal reaches the client alone: the zygote ignores SIGINT (it ends with its client),
+and each grading process leads a session of its own.
 Thread pools: torch creates its own lazily, so the zygote has none to lose; each grading process sets its
 own (OMP_NUM_THREADS, torch.set_num_threads).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import queue
 import selectors
@@ -71,6 +75,7 @@ def _grading_process(request: dict) -> None:
     """In the forked child: become what `python -m pytest ARGS` would be, run it, exit with its status."""
     code = 70
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a started process (the zygote ignores it)
         os.setsid()  # a session of its own: the judge kills its process group as one
         die_with_parent()  # with the zygote
         cap_memory(request["memory"], request["device"])
@@ -105,6 +110,9 @@ def serve() -> None:
     """The zygote's loop: fork a grading process per request line on stdin, report pids and exits on stdout."""
     import importlib
 
+    # Ctrl-C in the client's terminal reaches its whole process group, this zygote with it: the client decides
+    # (it ends, and closing its pipe ends us), not a KeyboardInterrupt traceback on the learner's screen.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fork_safe_cuda()  # before anything asks torch about CUDA: its children may use it
     out = os.fdopen(os.dup(1), "w")  # the replies' pipe: whatever else prints goes to stderr
     os.dup2(2, 1)
@@ -162,10 +170,14 @@ class Zygote:
 
     _lock = threading.Lock()
     _current: "Zygote | None" = None
+    idle: float | None = None  # seconds its zygotes wait for a request before they exit (None: IDLE_SECONDS)
 
     def __init__(self):
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        if self.idle is not None:
+            env["FX_KATAS_ZYGOTE_IDLE"] = str(self.idle)
         self.process = subprocess.Popen([sys.executable, "-m", "graders.batch.zygote"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                                        stdout=subprocess.PIPE, cwd=REPO_ROOT, env=env)
         self.pids: queue.Queue[int | None] = queue.Queue()
         self.exits: dict[int, int] = {}
         self.ended = threading.Event()
@@ -206,6 +218,14 @@ class Zygote:
         if pid is None:
             raise ZygoteEnded("the zygote process ended before it forked the grading process")
         return pid
+
+
+def keep_warm(idle: float = math.inf) -> None:
+    """The zygotes this process starts from now on wait `idle` seconds (by default for as long as this process
+    lives) for their next request, not IDLE_SECONDS: for a client whose gradings come minutes apart and should
+    each start at once, as a learner's saves in watch mode do. A client that stays with its zygote keeps its
+    memory too (about 650 MB, shared with the grading processes it forks)."""
+    Zygote.idle = idle
 
 
 class ZygoteEnded(RuntimeError):

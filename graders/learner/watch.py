@@ -14,8 +14,11 @@ number: 1-9, 0 for the tenth), h the next hint, r regrade, q or Ctrl-C quit. Mov
 nothing that is already known: a solution.py still the shipped stub is judged from its bytes (the
 manifest's digest of the stub: graders/batch/summary.py), a file graded before (this session or, points
 only, a stored grading of the same file) shows that grading; r regrades, and so does a save. Each grading
-runs in its own pytest subprocess (as score.py does), so a broken file costs one grading, never the
-watcher.
+runs in a pytest process of its own, so a broken file costs one grading, never the watcher. Those processes
+are forked from a zygote (graders/batch/zygote.py) that imports torch, pytest and the graders once, at the
+session's first grading, and stays as long as the watcher: a save is graded at once instead of after a new
+interpreter's imports. (The zygote holds the graders as they were when it started: restart the watcher after
+updating the project.)
 
 May import: graders.frame, graders.batch, graders.learner.progress.
 """
@@ -38,6 +41,7 @@ from graders.frame.catalogue import KATAS, REPO_ROOT, manifest
 from graders.learner.progress import (first_unfinished, is_complete, known_progress, next_hint, points_text,
                                       progress_line, remember, solution_digest)
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
+from graders.batch.zygote import keep_warm
 from graders.batch.summary import is_shipped_stub, stub_records, summarise
 
 WIDTH = 80
@@ -55,9 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-speed", action="store_true", help="never grade the speed level (L3)")
     parser.add_argument("--seed", type=int, default=0, help="grading seed (default 0: the same models each save)")
     args = parser.parse_args(argv)
-    # What score.run_katas needs besides: grading on the CPU, one thread, score.py's own limits, in process
-    # (the learner's own code: print and breakpoint() work).
+    # What score.run_katas needs besides: grading on the CPU, one thread, score.py's own limits, the solution
+    # loaded in the grading process (no sandboxed worker: the learner's own code, as `pytest katas/NN` grades
+    # it), in processes forked from the session's zygote.
     args.device, args.threads, args.kata_timeout, args.kata_memory, args.isolate = "cpu", 1, 900.0, 8.0, False
+    args.fork = True
     return args
 
 
@@ -315,6 +321,7 @@ def list_screen(katas: Katas, current: str, progress: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_warm()  # a learner's saves come minutes apart: the zygote waits for them, and ends with the watcher
     katas = Katas(args)
     names = list(KATAS)
     kata = args.kata or next((k for k in names if katas.source(k) is not None and not katas.complete(k)),
