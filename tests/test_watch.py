@@ -245,7 +245,8 @@ def test_progress_counts_complete_katas_as_the_learner_earned_them(tmp_path, mon
 def test_saves_are_graded_by_processes_forked_from_one_zygote_that_waits_and_leaves_with_the_watcher(tmp_path):
     """Each grading process is forked from the session's zygote, not started as a new interpreter: the solution,
     loaded in it, finds the zygote as its parent. The zygote waits for the next save however long the learner
-    takes (here past FX_KATAS_ZYGOTE_IDLE, the idle time of other clients' zygotes); Ctrl-C ends the watcher
+    takes (here past FX_KATAS_ZYGOTE_IDLE, the idle time of other clients' zygotes), and r regrades the file
+    saved without a save; Ctrl-C ends the watcher
     and, with it, the zygote, and prints no traceback of the zygote's."""
     kata = "04_dce"
     tree, parents = tmp_path / "tree", tmp_path / "parents"
@@ -263,10 +264,14 @@ def test_saves_are_graded_by_processes_forked_from_one_zygote_that_waits_and_lea
         child.expect("Grading")
         child.expect(r"04_dce is complete: every check that ran passes\.")
         child.expect("Save solution.py to regrade")
+        child.send("r")  # the same file, graded again on request
+        child.expect("Grading")
+        child.expect(r"04_dce is complete: every check that ran passes\.")
+        child.expect("Save solution.py to regrade")
         seen = set(parents.read_text().split())
         assert len(seen) == 1, f"the gradings' parents: {seen}"
         zygote = int(seen.pop())
-        assert child.logfile_read.getvalue().count("Grading") == 2
+        assert child.logfile_read.getvalue().count("Grading") == 3
         assert b"graders.batch.zygote" in Path(f"/proc/{zygote}/cmdline").read_bytes()
         quit_cleanly(child)
         assert "Traceback" not in child.logfile_read.getvalue()
