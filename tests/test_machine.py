@@ -412,6 +412,61 @@ def test_an_idle_zygote_exits_and_the_next_grading_starts_another(tmp_path):
     assert out.stdout.split() == ["0", "True"], out.stderr[-2000:]
 
 
+FIRST_USE = """
+import os, sys
+from pathlib import Path
+from graders.batch.zygote import ForkedProcess
+probe, folder = sys.argv[1], Path(sys.argv[2])
+for n, kata in enumerate(["04_dce", "13_sdpa_pattern", "04_dce"]):
+    process = ForkedProcess(["-q", "-p", "no:cacheprovider", probe], folder / f"log{n}",
+                            {**os.environ, "PROBE_OUT": str(folder / f"found{n}")}, 8.0, katas=[kata])
+    assert process.wait(120) == 0, (folder / f"log{n}").read_text()
+    print((folder / f"found{n}").read_text(), flush=True)
+"""
+FIRST_USE_PROBE = """
+import os, sys
+from pathlib import Path
+from graders.isolation.torch_private import FIRST_USE_MODULES
+def test_probe():
+    Path(os.environ["PROBE_OUT"]).write_text(str(sum(name in sys.modules for name in FIRST_USE_MODULES)))
+"""
+
+
+def test_a_zygote_loads_the_torch_internals_of_katas_10_to_13_once_at_its_first_grading_of_one(tmp_path):
+    """Katas 10-13 import Dynamo (and 13 Inductor's pattern matcher) on first use, about 3 s of CPU in each of
+    their grading processes: the zygote loads them before it forks the first grading process of such a kata, and
+    every process it forks after that finds them loaded. A zygote that grades other katas only never loads them."""
+    (tmp_path / "test_probe.py").write_text(FIRST_USE_PROBE)
+    out = subprocess.run([sys.executable, "-c", FIRST_USE, str(tmp_path / "test_probe.py"), str(tmp_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert out.stdout.split() == ["0", "3", "3"], out.stderr[-2000:]
+
+
+def test_run_katas_tells_the_zygote_which_katas_each_process_grades(tmp_path, monkeypatch):
+    """What the rule above reads: each forked process's request names the katas it will grade (here a process
+    that ends at once, so nothing is graded)."""
+    from graders.batch import processes
+
+    asked = []
+
+    class Ended:
+        def __init__(self, args, output, env, memory_gb, device="cpu", katas=()):
+            asked.append(sorted(katas))
+            self.pid, self.returncode = os.getpid(), 1
+
+        def poll(self):
+            return self.returncode
+
+        def wait(self, timeout=None):
+            return self.returncode
+
+    monkeypatch.setattr(processes, "ForkedProcess", Ended)
+    outcomes, _ = run_katas(["04_dce", "13_sdpa_pattern"], tmp_path, grading_args(fork=True), 0, None, processes=2)
+    assert asked == [["04_dce", "13_sdpa_pattern"]] * 2
+    assert {outcome["status"] for outcome in outcomes.values()} == {"crashed"}
+
+
 CLAIMER = """
 import sys, time
 from pathlib import Path

@@ -180,7 +180,7 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
             order = test_files if n % 2 == 0 else test_files[::-1]
             if getattr(args, "fork", False):  # forked from the warm fork server (graders/batch/zygote.py)
                 process = ForkedProcess([*order, *options, *own], tmp / f"output{n}", env, args.kata_memory,
-                                        args.device)
+                                        args.device, katas)
             else:
                 with open(tmp / f"output{n}", "w") as output:
                     process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,

@@ -24,16 +24,24 @@ and each grading process leads a session of its own.
 Thread pools: torch creates its own lazily, so the zygote has none to lose; each grading process sets its
 own (OMP_NUM_THREADS, torch.set_num_threads).
 
-Protocol, a JSON line each way: the client sends {"args", "output", "env", "memory"}; the zygote answers
+The torch internals that katas 10-13 import on first use (graders/isolation/torch_private.py,
+FIRST_USE_MODULES: Dynamo, Inductor's decompositions and pattern matcher; 1.2 s of CPU for Dynamo, 2.9 s in
+all) are loaded at the first request that names such a kata, once for every grading process forked after it;
+a zygote that grades other katas only never pays for them.
+
+Protocol, a JSON line each way: the client sends {"args", "output", "env", "memory", "device", "katas" (those
+the process will grade)}; the zygote answers
 {"pid"} for each request in order and {"exited", "status"} as each grading process ends (status as
 subprocess reports it: the exit code, or minus the signal that killed it).
 
 May import: graders.frame; it names, without importing them, the modules a grading process imports
-(graders.learner.pytest_plugin and what it imports) for the zygote to load.
+(graders.learner.pytest_plugin and what it imports, graders.isolation.torch_private's FIRST_USE_MODULES) for
+the zygote to load.
 """
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import math
 import os
@@ -46,7 +54,7 @@ import threading
 import time
 from pathlib import Path
 
-from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name
+from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name, load_grader
 from graders.frame.lifetimes import cap_memory, die_with_parent, fork_safe_cuda, kill_group
 from graders.frame.machinelock import MachineLock, default_path
 
@@ -106,26 +114,35 @@ def _grading_process(request: dict) -> None:
             os._exit(code)
 
 
+def _load(names, then=lambda: None) -> None:
+    """Import `names` (and run `then`) holding the machine lock shared: loading is grading work too, held off any
+    timing on this machine. Everything loaded so far lives as long as every grading process: out of the garbage
+    collector's sight (gc.freeze, as the gc docs advise before forking), a full collection in a grading process
+    (pytest runs two per session) takes milliseconds instead of 0.1 s each, and leaves the shared pages alone."""
+    lock = MachineLock(default_path())
+    with lock.hold(exclusive=False):
+        for name in names:
+            importlib.import_module(name)
+        then()
+    lock.close()  # its children must not inherit a hold
+    gc.freeze()
+
+
+def _imports_torch_internals(katas) -> bool:
+    """Does grading any of `katas` import torch internals on first use (Kata.imports_torch_internals)?"""
+    return any(kata in KATAS and load_grader(kata).imports_torch_internals for kata in katas)
+
+
 def serve() -> None:
     """The zygote's loop: fork a grading process per request line on stdin, report pids and exits on stdout."""
-    import importlib
-
     # Ctrl-C in the client's terminal reaches its whole process group, this zygote with it: the client decides
     # (it ends, and closing its pipe ends us), not a KeyboardInterrupt traceback on the learner's screen.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     fork_safe_cuda()  # before anything asks torch about CUDA: its children may use it
     out = os.fdopen(os.dup(1), "w")  # the replies' pipe: whatever else prints goes to stderr
     os.dup2(2, 1)
-    lock = MachineLock(default_path())
-    with lock.hold(exclusive=False):  # loading is grading work too: held off any timing on this machine
-        for name in PRELOAD:
-            importlib.import_module(name)
-        _warm_up()
-    lock.close()  # its children must not inherit a hold
-    # Everything loaded so far lives as long as every grading process: out of the garbage collector's sight
-    # (gc.freeze, as the gc docs advise before forking), a full collection in a grading process (pytest
-    # runs two per session) takes milliseconds instead of 0.1 s each, and leaves the shared pages alone.
-    gc.freeze()
+    _load(PRELOAD, then=_warm_up)
+    torch_internals_loaded = False
     requests = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
     selector = selectors.DefaultSelector()
     selector.register(requests, selectors.EVENT_READ)
@@ -149,6 +166,10 @@ def serve() -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
+                if not torch_internals_loaded and _imports_torch_internals(request.get("katas", ())):
+                    # Paid here once instead of in each grading process of katas 10-13 (1.2-3 s of CPU each).
+                    _load(importlib.import_module("graders.isolation.torch_private").FIRST_USE_MODULES)
+                    torch_internals_loaded = True
                 pid = os.fork()
                 if pid == 0:
                     _grading_process(request)
@@ -235,8 +256,10 @@ class ZygoteEnded(RuntimeError):
 class ForkedProcess:
     """A grading process forked by the zygote, with the surface of subprocess.Popen that run_katas uses."""
 
-    def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float, device: str = "cpu"):
-        request = {"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30), "device": device}
+    def __init__(self, args: list[str], output: Path, env: dict[str, str], memory_gb: float, device: str = "cpu",
+                 katas: list[str] = ()):
+        request = {"args": args, "output": str(output), "env": env, "memory": int(memory_gb * 2**30), "device": device,
+                   "katas": list(katas)}
         try:
             self.zygote = Zygote.get()
             self.pid = self.zygote.fork(request)

@@ -51,10 +51,14 @@ class Check:
 class Kata:
     """One kata's grader: its manifest (title, API, thresholds) and its checks, each at a level.
 
-    `manifest_data`: the kata's kata.toml parsed (default: read from the catalogue; tests hand in their own)."""
+    `manifest_data`: the kata's kata.toml parsed (default: read from the catalogue; tests hand in their own).
+    `imports_torch_internals`: its grading imports the torch internals of graders/isolation/torch_private.py's
+    FIRST_USE_MODULES (katas 10-13), which a zygote then loads before it forks the kata's first grading process,
+    once for all its children (graders/batch/zygote.py)."""
 
-    def __init__(self, name: str, manifest_data: dict | None = None):
+    def __init__(self, name: str, manifest_data: dict | None = None, *, imports_torch_internals: bool = False):
         self.name = name
+        self.imports_torch_internals = imports_torch_internals
         self.manifest = manifest(name) if manifest_data is None else manifest_data
         self.title = self.manifest["title"]
         self.api: dict[str, str] = self.manifest["api"]

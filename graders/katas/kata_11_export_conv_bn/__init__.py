@@ -10,7 +10,7 @@ from graders.run import CheckFailed, ExportedProgram, Kata, Pass, Run, assert_sa
 
 from .models import BENCHMARK, EXACT_CASES, SINGLE_PAIR, TWO_PAIRS, hidden_case
 
-KATA = Kata("11_export_conv_bn")
+KATA = Kata("11_export_conv_bn", imports_torch_internals=True)
 FUNCTION = "fuse_conv_bn"
 BATCH_NORMS = frozenset(f"aten.{op}" for op in (
     "_native_batch_norm_legit_no_training.default", "_native_batch_norm_legit_functional.default",

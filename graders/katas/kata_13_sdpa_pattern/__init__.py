@@ -6,7 +6,7 @@ from graders.run import Kata, Pass, Run, aten
 
 from .models import BENCHMARK, EXACT_CASES, L1_CASES, hidden_case
 
-KATA = Kata("13_sdpa_pattern")
+KATA = Kata("13_sdpa_pattern", imports_torch_internals=True)
 
 
 def sdpa_nodes(gm: fx.GraphModule) -> list[str]:
