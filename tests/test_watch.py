@@ -81,15 +81,28 @@ def quit_cleanly(child, key=None):
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
 
 
+def running(pid: int) -> bool:
+    """Is `pid` a live process (not ended; an ended one nobody has reaped yet is a zombie)?"""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
 def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_katas(tmp_path, monkeypatch):
     """Saving the reference regrades (the speed level too) to a full marks screen with the L3 speedup, its
-    threshold and the bytes written; it waits for a key; n then skips the kata already complete for its file
-    (05) to the next one (06, the stub: judged without grading)."""
-    tree = tmp_path / "tree"
+    threshold and the bytes written; it waits for a key; r grades the same file again; n then skips the kata
+    already complete for its file (05) to the next one (06, the stub: judged without grading).
+
+    Every grading process is forked from the session's zygote, not started as a new interpreter: the solution,
+    loaded in it, finds the zygote as its parent, the same one after the learner waited past FX_KATAS_ZYGOTE_IDLE
+    (the idle time of other clients' zygotes). Ctrl-C ends the watcher and, with it, the zygote, and prints no
+    traceback of the zygote's."""
+    tree, parents = tmp_path / "tree", tmp_path / "parents"
     stubs(tree, "04_dce", "05_cse", "06_constant_folding")
     reference(tree, "05_cse")
     stored_complete(monkeypatch, tmp_path / "state", tree, "05_cse")
-    child = spawn(tmp_path, tree, "--kata", "04_dce")
+    child = spawn(tmp_path, tree, "--kata", "04_dce", env={"FX_KATAS_ZYGOTE_IDLE": "1"})
+    zygote = None
     try:
         child.expect("fx-katas watch · 04_dce", timeout=FAST)
         child.expect(r"First failing check: test_L1_pattern\[stub\]")
@@ -100,7 +113,9 @@ def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_kat
         child.expect("Save solution.py to regrade")
         assert "Grading" not in child.logfile_read.getvalue()  # the stub was never graded
 
-        reference(tree, "04_dce")
+        (tree / "04_dce" / "solution.py").write_text(
+            (REPO_ROOT / "reference" / "04_dce" / "solution.py").read_text() +
+            f"\nimport os\nwith open({str(parents)!r}, 'a') as _file:\n    _file.write(f'{{os.getppid()}}\\n')\n")
         child.expect("Grading")
         child.expect(r"L3 fast +20/20 +✓")
         child.expect(r"04_dce is complete: full marks, 100/100 points\.")
@@ -110,19 +125,35 @@ def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_kat
         child.expect("Press n for the next kata not yet complete: 06_constant_folding")
         child.expect("Save solution.py to regrade")
         assert_whole(child, tree / "04_dce" / "solution.py")
-        # It waits: nothing more is drawn, nothing graded, until a key.
+        # It waits: nothing more is drawn, nothing graded, until a key (and past FX_KATAS_ZYGOTE_IDLE).
         assert child.expect_exact([CLEAR, pexpect.TIMEOUT], timeout=2) == 1
+        child.send("r")  # the same file, graded again on request
+        child.expect("Grading")
+        child.expect(r"04_dce is complete: full marks, 100/100 points\.")
+        child.expect("Save solution.py to regrade")
+        seen = set(parents.read_text().split())
+        assert len(seen) == 1, f"the gradings' parents: {seen}"
+        zygote = int(seen.pop())
+        assert b"graders.batch.zygote" in Path(f"/proc/{zygote}/cmdline").read_bytes()
 
         child.send("n")
         child.expect("fx-katas watch · 06_constant_folding", timeout=FAST)
         child.expect("still the stub")
         child.expect("Save solution.py to regrade")
         assert "05_cse" not in "".join(child.logfile_read.getvalue().split(CLEAR)[-1:])
-        assert child.logfile_read.getvalue().count("Grading") == 1  # 04 only: not 05 (complete), not 06 (stub)
+        assert child.logfile_read.getvalue().count("Grading") == 2  # 04 only: not 05 (complete), not 06 (stub)
         assert_80_columns(child)
         quit_cleanly(child)
+        assert "Traceback" not in child.logfile_read.getvalue()
+        for _ in range(100):  # its pipe closed with the watcher: it ends within its next select (0.1 s)
+            if not running(zygote):
+                break
+            time.sleep(0.1)
+        assert not running(zygote), "the zygote outlived the watcher"
     finally:
         child.close(force=True)
+        if zygote and running(zygote):
+            os.kill(zygote, signal.SIGKILL)
 
 
 def test_n_p_and_l_move_at_once_without_grading(tmp_path, monkeypatch):
@@ -240,55 +271,3 @@ def test_progress_counts_complete_katas_as_the_learner_earned_them(tmp_path, mon
     (tree / first / "solution.py").write_text("# edited since\n")  # another file: graded again before it counts
     assert known() == {"points": 0.0, "complete": False}
     assert progress.first_unfinished(tree) == first
-
-
-def test_saves_are_graded_by_processes_forked_from_one_zygote_that_waits_and_leaves_with_the_watcher(tmp_path):
-    """Each grading process is forked from the session's zygote, not started as a new interpreter: the solution,
-    loaded in it, finds the zygote as its parent. The zygote waits for the next save however long the learner
-    takes (here past FX_KATAS_ZYGOTE_IDLE, the idle time of other clients' zygotes), and r regrades the file
-    saved without a save; Ctrl-C ends the watcher
-    and, with it, the zygote, and prints no traceback of the zygote's."""
-    kata = "04_dce"
-    tree, parents = tmp_path / "tree", tmp_path / "parents"
-    stubs(tree, kata)
-    solution = (REPO_ROOT / "reference" / kata / "solution.py").read_text() + (
-        f"\nimport os\nwith open({str(parents)!r}, 'a') as _file:\n    _file.write(f'{{os.getppid()}}\\n')\n")
-    (tree / kata / "solution.py").write_text(solution)
-    child = spawn(tmp_path, tree, "--no-speed", "--kata", kata, env={"FX_KATAS_ZYGOTE_IDLE": "1"})
-    zygote = None
-    try:
-        child.expect(r"04_dce is complete: every check that ran passes\.")
-        child.expect("Save solution.py to regrade")
-        time.sleep(3)  # idle, past FX_KATAS_ZYGOTE_IDLE
-        (tree / kata / "solution.py").write_text(solution + "# saved again\n")
-        child.expect("Grading")
-        child.expect(r"04_dce is complete: every check that ran passes\.")
-        child.expect("Save solution.py to regrade")
-        child.send("r")  # the same file, graded again on request
-        child.expect("Grading")
-        child.expect(r"04_dce is complete: every check that ran passes\.")
-        child.expect("Save solution.py to regrade")
-        seen = set(parents.read_text().split())
-        assert len(seen) == 1, f"the gradings' parents: {seen}"
-        zygote = int(seen.pop())
-        assert child.logfile_read.getvalue().count("Grading") == 3
-        assert b"graders.batch.zygote" in Path(f"/proc/{zygote}/cmdline").read_bytes()
-        quit_cleanly(child)
-        assert "Traceback" not in child.logfile_read.getvalue()
-        for _ in range(100):  # its pipe closed with the watcher: it ends within its next select (0.1 s)
-            if not running(zygote):
-                break
-            time.sleep(0.1)
-        assert not running(zygote), "the zygote outlived the watcher"
-    finally:
-        child.close(force=True)
-        if zygote and running(zygote):
-            os.kill(zygote, signal.SIGKILL)
-
-
-def running(pid: int) -> bool:
-    """Is `pid` a live process (not ended; an ended one nobody has reaped yet is a zombie)?"""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
