@@ -109,6 +109,16 @@ MUTANTS = [
            caught_at=2, caught_by="operands_shared_by_two_sites"),
     Mutant("rewrites_relu6", "    torch.relu,\n", "    torch.relu,\n    F.relu6,\n",
            caught_at=2, caught_by="blocked_relu6"),
+    Mutant("misses_torch_relu", "    torch.relu,\n", "", caught_at=2, caught_by="torch_relu"),
+    Mutant("misses_the_relu_method", "    lambda y: y.relu(),  # a call_method node, not a call_function\n", "",
+           caught_at=2, caught_by="method_relu"),
+    # "GELU is a smooth ReLU": an activation of another function in the table.
+    Mutant("rewrites_gelu", "    torch.relu,\n", "    torch.relu,\n    F.gelu,\n", caught_at=2, caught_by="blocked_gelu"),
+    # "A ReLU may always run in its input's buffer": a second rewrite, relu(s) -> s.relu_(), for the sites the
+    # first refused; but the sum it overwrites may have another reader.
+    Mutant("relu_in_place_wherever_it_stands", "    return rewritten\n",
+           "    rewritten += len(subgraph_rewriter.replace_pattern(gm, lambda s: F.relu(s), lambda s: s.relu_()))\n"
+           "    return rewritten\n", caught_at=2, caught_by="blocked_sum_reused"),
     Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2, caught_by="commuted_bias"),
     Mutant("hand_listed_spellings", "PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]\n",
            HAND_LISTED, caught_at=4),

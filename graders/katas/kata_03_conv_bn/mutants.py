@@ -56,6 +56,32 @@ MUTANTS = [
     # Any module with a weight is not a Conv2d: a ConvTranspose2d keeps its output channels in dim 1.
     Mutant("folds_into_any_module_with_a_weight", "and type(conv) is nn.Conv2d", "and hasattr(conv, 'weight')",
            caught_at=2, caught_by="conv_transpose"),
+    # "Keep the conv as it was: a bias where it had one." A conv without bias then loses the BN's shift.
+    Mutant("bias_only_where_the_conv_had_one",
+           "        fused.bias = nn.Parameter(bias.detach(), requires_grad=conv.weight.requires_grad)\n",
+           "        if conv.bias is not None:\n"
+           "            fused.bias = nn.Parameter(bias.detach(), requires_grad=conv.weight.requires_grad)\n",
+           caught_at=2, caught_by="conv_without_bias"),
+    # setattr(gm, 'features.stage_1.unit0.conv', fused) makes an attribute of that literal name: the graph's
+    # call_module still finds the old conv by its path, and the BN is gone.
+    Mutant("setattr_with_a_dotted_path", "        gm.set_submodule(conv_node.target, fused)\n",
+           "        setattr(gm, conv_node.target, fused)\n", caught_at=2, caught_by="nested_dotted_names"),
+    # A new Conv2d with every hyperparameter of the old one, the fused values copied in: in the default dtype.
+    Mutant("rebuilds_the_conv_in_the_default_dtype",
+           """        fused = copy.deepcopy(conv)
+        weight, bias = fuse_conv_bn_weights(conv.weight, conv.bias, bn.running_mean, bn.running_var,
+                                            bn.eps, bn.weight, bn.bias)
+        fused.weight = nn.Parameter(weight.detach(), requires_grad=conv.weight.requires_grad)
+        fused.bias = nn.Parameter(bias.detach(), requires_grad=conv.weight.requires_grad)
+""",
+           """        fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                          conv.dilation, conv.groups, True, conv.padding_mode).train(conv.training)
+        weight, bias = fuse_conv_bn_weights(conv.weight, conv.bias, bn.running_mean, bn.running_var,
+                                            bn.eps, bn.weight, bn.bias)
+        with torch.no_grad():
+            fused.weight.copy_(weight)
+            fused.bias.copy_(bias)
+""", caught_at=2, caught_by="float64_model"),
     Mutant("only_names_seen_in_visible_models",
            "        conv_node = bn_node.args[0]\n",
            "        conv_node = bn_node.args[0]\n        if 'bn' not in bn_node.target:\n            continue\n",

@@ -75,6 +75,9 @@ MUTANTS = [
            caught_at=2, caught_by="opaque_modules_training"),
     Mutant("removes_random_methods", "        return node.target in RANDOM_METHODS", "        return False",
            caught_at=2, caught_by="random_method"),
+    # Liveness read off the users' positional arguments: torch.add(x, other=a) leaves `a` without a use.
+    Mutant("uses_in_positional_arguments_only", "if len(node.users) == 0 and",
+           "if not any(node in user.args for user in gm.graph.nodes) and", caught_at=2, caught_by="uses_inside_kwargs"),
     Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
            "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
 ]
