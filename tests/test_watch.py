@@ -81,6 +81,20 @@ def quit_cleanly(child, key=None):
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
 
 
+def zygotes_of(pid: int) -> list[int]:
+    """The zygote processes (graders/batch/zygote.py) that `pid` started and that still run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = entry.joinpath("cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"graders.batch.zygote" in command and running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
 def running(pid: int) -> bool:
     """Is `pid` a live process (not ended; an ended one nobody has reaped yet is a zombie)?"""
     try:
@@ -158,7 +172,8 @@ def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_kat
 
 def test_n_p_and_l_move_at_once_without_grading(tmp_path, monkeypatch):
     """n, p and the list (l, then a number) open stubs and a stored grading without grading anything; n skips
-    the complete kata, p does not; a long clone path with hyphens stays whole; a wrapped hint keeps its indent."""
+    the complete kata, p does not; a long clone path with hyphens stays whole; a wrapped hint keeps its indent.
+    The watcher has started its zygote all the same, so that the first save finds it warm."""
     tree = tmp_path / "my-fx-katas-clone" / "katas"
     stubs(tree, *KATAS)
     reference(tree, "03_conv_bn")
@@ -215,6 +230,7 @@ def test_n_p_and_l_move_at_once_without_grading(tmp_path, monkeypatch):
         assert "Grading" not in child.logfile_read.getvalue()
         assert_whole(child, tree)
         assert_80_columns(child)
+        assert len(zygotes_of(child.pid)) == 1  # started with the watcher: loading while the learner reads
         quit_cleanly(child, "q")
     finally:
         child.close(force=True)

@@ -15,8 +15,8 @@ nothing that is already known: a solution.py still the shipped stub is judged fr
 manifest's digest of the stub: graders/batch/summary.py), a file graded before (this session or, points
 only, a stored grading of the same file) shows that grading; r regrades, and so does a save. Each grading
 runs in a pytest process of its own, so a broken file costs one grading, never the watcher. Those processes
-are forked from a zygote (graders/batch/zygote.py) that imports torch, pytest and the graders once, at the
-session's first grading, and stays as long as the watcher: a save is graded at once instead of after a new
+are forked from a zygote (graders/batch/zygote.py) that imports torch, pytest and the graders once, from the
+moment the watcher starts, and stays as long as the watcher: a save is graded at once instead of after a new
 interpreter's imports. (The zygote holds the graders as they were when it started: restart the watcher after
 updating the project.)
 
@@ -41,7 +41,7 @@ from graders.frame.catalogue import KATAS, REPO_ROOT, manifest
 from graders.learner.progress import (first_unfinished, is_complete, known_progress, next_hint, points_text,
                                       progress_line, remember, solution_digest)
 from graders.batch.processes import CORRECTNESS_LEVELS, SPEED_LEVELS, run_katas
-from graders.batch.zygote import keep_warm
+from graders.batch.zygote import Zygote, keep_warm
 from graders.batch.summary import is_shipped_stub, stub_records, summarise
 
 WIDTH = 80
@@ -322,6 +322,7 @@ def list_screen(katas: Katas, current: str, progress: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     keep_warm()  # a learner's saves come minutes apart: the zygote waits for them, and ends with the watcher
+    Zygote.get()  # started now, loading while the learner reads and edits: warm by the first save
     katas = Katas(args)
     names = list(KATAS)
     kata = args.kata or next((k for k in names if katas.source(k) is not None and not katas.complete(k)),
