@@ -243,6 +243,39 @@ def test_a_nursery_worker_dies_when_its_judge_lets_go_and_leaves_nothing_running
     assert nursery.process.returncode is not None
 
 
+NURSERY_PROBE = """import sys
+from graders.isolation.torch_private import FIRST_USE_MODULES
+LOADED = sum(name in sys.modules for name in FIRST_USE_MODULES)  # when the worker imported this file
+
+
+def loaded():
+    return LOADED
+"""
+
+
+def test_a_nursery_loads_the_torch_internals_of_katas_10_to_13_once_at_its_first_worker_of_one(tmp_path):
+    """A kata-13 worker imports Inductor's pattern matcher and Dynamo with its solution (2 s of its start): the
+    nursery loads them at its first request for a worker of katas 10-13, and each worker forked after finds them
+    loaded before its solution is imported; a nursery asked for other katas' workers only never loads them."""
+    from graders.isolation import records
+    from graders.isolation.worker import Worker
+
+    tree, nursery = nursery_tree(tmp_path, "04_dce", NURSERY_PROBE)
+    (tree / "13_sdpa_pattern").mkdir()
+    (tree / "13_sdpa_pattern" / "solution.py").write_text(NURSERY_PROBE)
+    found = []
+    try:
+        for kata in ("04_dce", "13_sdpa_pattern", "04_dce"):
+            worker = Worker(tree / kata / "solution.py", kata, nursery=nursery.socket_path)
+            worker.start(60)
+            reply = worker.request({"kind": "call", "function": "loaded", "args": (), "watch": ()}, 60)
+            found.append(records.rebuild_values(reply["values"])["result"])
+            worker.stop()
+    finally:
+        nursery.close()
+    assert found == [0, 3, 3]
+
+
 def test_a_nursery_worker_that_is_killed_is_reported_with_its_signal(tmp_path):
     """A solution that kills its own worker process: the nursery tells the judge how it died."""
     from graders.isolation.worker import Worker

@@ -20,7 +20,10 @@ connection. The nursery ends when its owner closes its stdin, its workers with i
 `python -m graders.isolation.nursery SOCKET MEMORY CPU DEVICE sandboxed|plain FD` (inside the sandbox; SOCKET
 names it, FD is the listening socket); `open_nursery` starts one.
 
-May import: graders.frame, graders.isolation (sandbox, serve, channel).
+At the first request for a worker of katas 10-13 the nursery loads the torch internals those katas' workers
+import on first use (graders/isolation/torch_private.py, FIRST_USE_MODULES), once for every worker after.
+
+May import: graders.frame, graders.isolation (sandbox, serve, channel, torch_private).
 """
 from __future__ import annotations
 
@@ -65,6 +68,27 @@ def _child(connection: socket.socket, request: dict, limits: Limits, others: lis
         os._exit(code)
 
 
+def _imports_torch_internals(kata) -> bool:
+    """Does a worker of `kata` import torch internals on first use (Kata.imports_torch_internals)?"""
+    from graders.frame.catalogue import KATAS, load_grader
+
+    return kata in KATAS and load_grader(kata).imports_torch_internals
+
+
+def _load_torch_internals() -> None:
+    """What katas 10-13's workers import on first use (kata 13's solutions import Inductor's pattern matcher,
+    which brings Dynamo): loaded once, here, for every worker forked after, instead of in each (2 s of a
+    kata-13 worker's start). Frozen as the rest of the nursery's heap."""
+    import gc
+    import importlib
+
+    from graders.isolation.torch_private import FIRST_USE_MODULES
+
+    for name in FIRST_USE_MODULES:
+        importlib.import_module(name)
+    gc.freeze()
+
+
 def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
     """The nursery's loop: fork a worker per connection, kill it when its judge lets go, reap it."""
     import gc
@@ -78,6 +102,7 @@ def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
     for kata in KATAS:  # the point of a nursery: torch, torch.fx's first uses, the katas' models, loaded once
         serve._warm_up(kata)
     gc.freeze()  # out of the collector's sight: every worker shares these pages (the gc docs' advice before fork)
+    torch_internals_loaded = False
 
     listener = socket.socket(fileno=listening)  # bound and listening already: made by open_nursery, outside
     poller = select.poll()
@@ -97,6 +122,9 @@ def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
             elif fd == listener.fileno():
                 connection, _ = listener.accept()
                 request = json.loads(_read_line(connection))
+                if not torch_internals_loaded and _imports_torch_internals(request.get("kata")):
+                    _load_torch_internals()
+                    torch_internals_loaded = True
                 pid = os.fork()
                 if pid == 0:
                     _child(connection, request, limits, [listener.fileno(), *by_fd])
