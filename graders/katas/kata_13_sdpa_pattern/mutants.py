@@ -46,6 +46,20 @@ MUTANTS = [
     # The visible models mask only scores divided by sqrt(d); hidden ones also mask scores multiplied by a scale.
     Mutant("mask_pattern_for_division_only", "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n",
            "                                       ]:\n", caught_at=4),
+    # The lower-level API: the search pattern (gen_pattern) registered with a handler that replaces by example.
+    # register_replacement matches that coarse pattern too, its integers (dims, sizes) wildcards, then re-traces the
+    # search function on the match's own inputs and compares; this handler never does, so a softmax over another
+    # dim matches as well.
+    Mutant("coarse_pattern_without_the_recheck",
+           "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
+           "                             extra_check=attention_extra_check)\n",
+           "        import inspect\n        from torch._inductor.pattern_matcher import gen_pattern, register_graph_pattern\n"
+           "        names = list(inspect.signature(search).parameters)\n\n"
+           "        def handler(match, *args, replace=replace, names=names, **kwargs):\n"
+           "            match.replace_by_example(replace, [kwargs[name] for name in names])\n\n"
+           "        register_graph_pattern(gen_pattern(search, _examples(with_mask), fwd_only), pass_dict=patterns,\n"
+           "                               extra_check=attention_extra_check)(handler)\n",
+           caught_at=2, caught_by="softmax_over_queries"),
     Mutant("mul_replacement_inverts_scale",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / scale)\n", caught_at=2),
