@@ -54,7 +54,7 @@ import threading
 import time
 from pathlib import Path
 
-from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name, load_grader
+from graders.frame.catalogue import KATAS, REPO_ROOT, grader_module_name, imports_torch_internals
 from graders.frame.lifetimes import cap_memory, die_with_parent, fork_safe_cuda, kill_group
 from graders.frame.machinelock import MachineLock, default_path
 
@@ -128,11 +128,6 @@ def _load(names, then=lambda: None) -> None:
     gc.freeze()
 
 
-def _imports_torch_internals(katas) -> bool:
-    """Does grading any of `katas` import torch internals on first use (Kata.imports_torch_internals)?"""
-    return any(kata in KATAS and load_grader(kata).imports_torch_internals for kata in katas)
-
-
 def serve() -> None:
     """The zygote's loop: fork a grading process per request line on stdin, report pids and exits on stdout."""
     # Ctrl-C in the client's terminal reaches its whole process group, this zygote with it: the client decides
@@ -166,7 +161,7 @@ def serve() -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
-                if not torch_internals_loaded and _imports_torch_internals(request.get("katas", ())):
+                if not torch_internals_loaded and imports_torch_internals(request.get("katas", ())):
                     # Paid here once instead of in each grading process of katas 10-13 (1.2-3 s of CPU each).
                     _load(importlib.import_module("graders.isolation.torch_private").FIRST_USE_MODULES)
                     torch_internals_loaded = True

@@ -58,3 +58,10 @@ def load_grader(kata: str):
     if kata not in KATAS:
         raise KeyError(f"unknown kata {kata!r}; the katas are: {', '.join(KATAS)}")
     return importlib.import_module(grader_module_name(kata)).KATA
+
+
+def imports_torch_internals(katas) -> bool:
+    """Does grading any of `katas` import torch internals on first use (Kata.imports_torch_internals: katas
+    10-13)? A process that forks grading processes or workers then loads them once for all its children
+    (graders/batch/zygote.py, graders/isolation/nursery.py). Names that are no kata count for nothing."""
+    return any(kata in KATAS and load_grader(kata).imports_torch_internals for kata in katas)

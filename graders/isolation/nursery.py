@@ -68,13 +68,6 @@ def _child(connection: socket.socket, request: dict, limits: Limits, others: lis
         os._exit(code)
 
 
-def _imports_torch_internals(kata) -> bool:
-    """Does a worker of `kata` import torch internals on first use (Kata.imports_torch_internals)?"""
-    from graders.frame.catalogue import KATAS, load_grader
-
-    return kata in KATAS and load_grader(kata).imports_torch_internals
-
-
 def _load_torch_internals() -> None:
     """What katas 10-13's workers import on first use (kata 13's solutions import Inductor's pattern matcher,
     which brings Dynamo): loaded once, here, for every worker forked after, instead of in each (2 s of a
@@ -95,7 +88,7 @@ def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
 
     fork_safe_cuda()  # before anything asks torch about CUDA: its workers may use it
 
-    from graders.frame.catalogue import KATAS
+    from graders.frame.catalogue import KATAS, imports_torch_internals
     from graders.isolation import serve
     from graders.isolation.channel import write_frame
 
@@ -122,7 +115,7 @@ def serve_nursery(listening: int, limits: Limits, sandboxed: bool) -> None:
             elif fd == listener.fileno():
                 connection, _ = listener.accept()
                 request = json.loads(_read_line(connection))
-                if not torch_internals_loaded and _imports_torch_internals(request.get("kata")):
+                if not torch_internals_loaded and imports_torch_internals([request.get("kata")]):
                     _load_torch_internals()
                     torch_internals_loaded = True
                 pid = os.fork()
