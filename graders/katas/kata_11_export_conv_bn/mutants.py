@@ -24,10 +24,34 @@ RUN_TIME_FOLD = """        gamma, beta, mean, var, eps = *bn.args[1:5], bn.args[
             new_bias = op(aten.add.Tensor, new_bias, beta)
         conv.args = (conv.args[0], new_weight, new_bias, *conv.args[3:])
 """
+BN_HEAD = """        if bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
+            continue
+        if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in bn.users):
+            continue  # only the normalised output may be read (a loaded program has getitems for all three)
+        if not (found := _foldable(ep, specs, bn)):
+            continue
+"""
+# "The model is in eval mode, so every BN folds; one without running statistics normalises with mean 0 and
+# variance 1." But track_running_stats=False normalises with the batch's own statistics in eval mode too (the
+# exported op says so: _native_batch_norm_legit.no_stats, training=True).
+NO_STATS_AS_UNIT = """        if bn.target is aten._native_batch_norm_legit.no_stats and bn.args[0].target is CONVOLUTION:
+            conv, w = bn.args[0], _tensor(ep, specs, bn.args[0].args[1])
+            b = None if bn.args[0].args[2] is None else _tensor(ep, specs, bn.args[0].args[2])
+            gamma, beta = (None if a is None else _tensor(ep, specs, a) for a in bn.args[1:3])
+            unit = torch.zeros(w.shape[0], dtype=w.dtype), torch.ones(w.shape[0], dtype=w.dtype)
+            found = conv, fold_weights(w, b, *unit, bn.args[5], gamma, beta)
+        elif bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
+            continue
+        elif not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in bn.users):
+            continue  # only the normalised output may be read (a loaded program has getitems for all three)
+        elif not (found := _foldable(ep, specs, bn)):
+            continue
+"""
 NO_OP = Mutant("no_op", DOC, DOC + "    return ep\n", caught_at=1)
 
 MUTANTS = [
     NO_OP,
+    Mutant("no_stats_as_unit_statistics", BN_HEAD, NO_STATS_AS_UNIT, caught_at=2, caught_by="bn_without_running_stats"),
     Mutant("eps_dropped", "torch.rsqrt(var.double() + eps)", "torch.rsqrt(var.double())", caught_at=1),
     # Rewrites the caller's graph instead of a copy: the result is right, the given program is not.
     Mutant("edits_the_given_graph", "graph = copy.deepcopy(ep.graph)", "graph = ep.graph", caught_at=1),
