@@ -50,6 +50,17 @@ MM_TO_ADDMM = (MM_TO_ADDMM_TAIL
                .replace("TRACED_REPLACEMENT,\n", "TRACED_ADDMM if index >= 32 else TRACED_REPLACEMENT,\n"))
 assert MM_TO_ADDMM != MM_TO_ADDMM_TAIL and "TRACED_ADDMM if index" in MM_TO_ADDMM
 
+# "torch.add(p, b) is p + b": canonicalize the graph first with torch.fx's own NormalizeOperators and keep the
+# + spellings only. But it maps torch.add(p, b, alpha=0.5) to p + b too, dropping the keyword.
+IMPORTS_ON = REFERENCE[REFERENCE.index("from torch.fx import subgraph_rewriter\n"):]
+NORMALIZED_FIRST = (IMPORTS_ON
+                    .replace("from torch.fx import subgraph_rewriter\n", "from torch.fx import subgraph_rewriter\n"
+                             "from torch.fx.experimental.normalize import NormalizeOperators\n")
+                    .replace("    lambda p, b: torch.add(p, b),\n    lambda p, b: torch.add(b, p),\n", "")
+                    .replace("    rewritten = 0\n", "    gm.graph = NormalizeOperators(gm).transform().graph  # torch.add -> +\n"
+                             "    rewritten = 0\n"))
+assert NORMALIZED_FIRST.count("NormalizeOperators") == 2 and "torch.add(b, p)" not in NORMALIZED_FIRST
+
 NO_OP = Mutant("no_op", "    rewritten = 0\n", "    return 0\n    rewritten = 0\n",
                caught_at=1, caught_by="two_layer_mlp")
 
@@ -119,6 +130,7 @@ MUTANTS = [
     Mutant("relu_in_place_wherever_it_stands", "    return rewritten\n",
            "    rewritten += len(subgraph_rewriter.replace_pattern(gm, lambda s: F.relu(s), lambda s: s.relu_()))\n"
            "    return rewritten\n", caught_at=2, caught_by="blocked_sum_reused"),
+    Mutant("normalizes_torch_add_first", IMPORTS_ON, NORMALIZED_FIRST, caught_at=2, caught_by="blocked_add_alpha"),
     Mutant("matches_only_the_epilogue", PATTERNS_AND_PASS, EPILOGUE_ONLY, caught_at=2, caught_by="commuted_bias"),
     Mutant("hand_listed_spellings", "PATTERNS = [spelled_pattern(*steps) for steps in itertools.product(MATMULS, BIAS_ADDS, RELUS)]\n",
            HAND_LISTED, caught_at=4),

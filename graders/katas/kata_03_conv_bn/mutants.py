@@ -82,6 +82,15 @@ MUTANTS = [
             fused.weight.copy_(weight)
             fused.bias.copy_(bias)
 """, caught_at=2, caught_by="float64_model"),
+    # "The graph changed under the loop: stop there." One pair folded per call.
+    Mutant("folds_only_the_first_pair", "        gm.graph.erase_node(bn_node)\n",
+           "        gm.graph.erase_node(bn_node)\n        break  # the graph changed under the loop\n",
+           caught_at=2, caught_by="several_blocks_relu"),
+    # "Another reader would see the BN folded in", checked on the conv's input: a skip connection (x + bn(conv(x)))
+    # reads x, which folding never changes.
+    Mutant("refuses_a_conv_whose_input_is_shared", "        and len(conv_node.users) == 1 ",
+           "        and len(conv_node.users) == 1 and len(conv_node.args[0].users) == 1 ",
+           caught_at=2, caught_by="residual"),
     Mutant("only_names_seen_in_visible_models",
            "        conv_node = bn_node.args[0]\n",
            "        conv_node = bn_node.args[0]\n        if 'bn' not in bn_node.target:\n            continue\n",
