@@ -5,12 +5,16 @@ choosing runs in the judge."""
 import importlib
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn as nn
 
+from graders.frame.catalogue import REPO_ROOT
 from graders.isolation import records, torch_private
 from graders.isolation.records import programs
 from graders.run import exported
@@ -25,12 +29,34 @@ def test_every_private_api_the_graders_call_is_there_with_its_parameters():
     assert torch_private.argument_names(torch.ops.aten._native_batch_norm_legit_no_training.default)[-2:] == \
         ["momentum", "eps"]
     # The one-trace export asks whether an op is in the core table by core_aten_decompositions' keys: the
-    # operators run_decompositions() decomposes with export's own default table.
+    # operators run_decompositions() decomposes with export's own default table (both made now), and the two
+    # torch_private asks go by one table whatever this process imported between them.
+    from torch._decomp import core_aten_decompositions
+
+    assert set(core_aten_decompositions()) == set(torch.export.default_decompositions().materialize())
     assert set(torch_private._core_table()) == set(torch_private._core_decompositions())
     # The modules a zygote loads for katas 10-13 (graders/batch/zygote.py): a renamed one fails here, not in every
     # forked grading process.
     for name in torch_private.FIRST_USE_MODULES:
         importlib.import_module(name)
+
+
+TABLE_AFTER_AN_IMPORT = """
+import importlib
+from graders.isolation import torch_private
+torch_private._core_table()
+importlib.import_module("torch._inductor.pattern_matcher")  # registers 13 more decompositions
+print(set(torch_private._core_table()) == set(torch_private._core_decompositions()))
+"""
+
+
+def test_the_one_trace_and_run_decompositions_go_by_one_table_whatever_is_imported_between():
+    """Importing Dynamo or Inductor registers more core decompositions: a table kept by the one-trace export from
+    before such an import disagreed with the one run_decompositions() materialized after it. In a fresh process,
+    as a grading process meets them: kata 11's exports first, kata 13's pattern matcher later."""
+    out = subprocess.run([sys.executable, "-c", TABLE_AFTER_AN_IMPORT], capture_output=True, text=True, timeout=120,
+                         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert out.stdout.split() == ["True"], out.stderr[-2000:]
 
 
 def test_the_block_timer_times_one_block_of_the_calls_it_chose():

@@ -135,13 +135,14 @@ def documented_export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) 
 
 
 def _core_table() -> dict:
-    """The core ATen decomposition table's operators (the keys `default_decompositions()` materializes, without
-    its 0.25 s of materializing)."""
+    """The core ATen decomposition table's operators (the keys `default_decompositions()` materializes): those of
+    the table this process materialized for run_decompositions() where it has, else made now, without
+    materializing (2.5 ms). Not kept apart: importing Dynamo or Inductor registers more of them (c10d's functional
+    collectives, quantized_decomposed ops), and a table kept from before such an import disagreed with one
+    materialized after it (tests/test_torch_private.py failed by the order its xdist worker ran tests in)."""
     from torch._decomp import core_aten_decompositions
 
-    if not _CORE_TABLE:
-        _CORE_TABLE.update(core_aten_decompositions())
-    return _CORE_TABLE
+    return _DECOMPOSITIONS or core_aten_decompositions()
 
 
 def _core_decompositions() -> dict:
@@ -153,7 +154,6 @@ def _core_decompositions() -> dict:
 # The default (core ATen) decomposition table, materialized once per process: filled in place, never rebound
 # (the runtime guard, graders/isolation/guard.py, holds a rebound module global for tampering).
 _DECOMPOSITIONS: dict = {}
-_CORE_TABLE: dict = {}
 USED += [("torch.export._trace", "_export", ("mod", "args", "dynamic_shapes", "strict", "pre_dispatch")),
          ("torch._decomp", "core_aten_decompositions", ()),
          ("torch.export", "default_decompositions", ()),
