@@ -1,5 +1,5 @@
 """Kata 11: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant
+from graders.run import REPO_ROOT, Mutant
 
 DOC = '    """A new program with every foldable convolution -> BatchNorm pair folded; `ep` is left as it was."""\n'
 NEW_WEIGHT = '''        conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
@@ -24,13 +24,8 @@ RUN_TIME_FOLD = """        gamma, beta, mean, var, eps = *bn.args[1:5], bn.args[
             new_bias = op(aten.add.Tensor, new_bias, beta)
         conv.args = (conv.args[0], new_weight, new_bias, *conv.args[3:])
 """
-BN_HEAD = """        if bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
-            continue
-        if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in bn.users):
-            continue  # only the normalised output may be read (a loaded program has getitems for all three)
-        if not (found := _foldable(ep, specs, bn)):
-            continue
-"""
+REFERENCE = (REPO_ROOT / "reference" / "11_export_conv_bn" / "solution.py").read_text()
+BN_HEAD = REFERENCE[REFERENCE.index("        if bn.target is not BATCH_NORM:"):REFERENCE.index("        conv, (weight, bias) = found\n")]
 # "The model is in eval mode, so every BN folds; one without running statistics normalises with mean 0 and
 # variance 1." But track_running_stats=False normalises with the batch's own statistics in eval mode too (the
 # exported op says so: _native_batch_norm_legit.no_stats, training=True).
@@ -40,13 +35,8 @@ NO_STATS_AS_UNIT = """        if bn.target is aten._native_batch_norm_legit.no_s
             gamma, beta = (None if a is None else _tensor(ep, specs, a) for a in bn.args[1:3])
             unit = torch.zeros(w.shape[0], dtype=w.dtype), torch.ones(w.shape[0], dtype=w.dtype)
             found = conv, fold_weights(w, b, *unit, bn.args[5], gamma, beta)
-        elif bn.target is not BATCH_NORM:  # eval mode: running statistics read, nothing written back
-            continue
-        elif not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in bn.users):
-            continue  # only the normalised output may be read (a loaded program has getitems for all three)
-        elif not (found := _foldable(ep, specs, bn)):
-            continue
-"""
+""" + BN_HEAD.replace("        if ", "        elif ")
+assert NO_STATS_AS_UNIT.count("        elif ") == 3
 NO_OP = Mutant("no_op", DOC, DOC + "    return ep\n", caught_at=1)
 
 MUTANTS = [
