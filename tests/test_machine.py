@@ -17,7 +17,7 @@ import pytest
 from graders.batch.processes import run_katas
 from graders.frame.catalogue import REPO_ROOT
 from graders.frame.machinelock import MachineLock
-from waiting import wait_for
+from waiting import running, wait_for
 
 
 def events(log: Path) -> list[tuple[str, str]]:
@@ -171,18 +171,8 @@ def test_the_zygote_and_its_grading_processes_die_with_the_process_that_started_
     client.send_signal(signal.SIGKILL)
     client.wait()
 
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        status = Path(f"/proc/{pid}/stat")
-        return not status.exists() or status.read_text().split(") ")[1][0] != "Z"
-
-    deadline = time.monotonic() + 20
-    while any(map(alive, (zygote, grading, worker))) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(map(alive, (zygote, grading, worker))), [alive(pid) for pid in (zygote, grading, worker)]
+    wait_for(lambda: not any(map(running, (zygote, grading, worker))), 20, "the zygote, the grading process and "
+             "its worker to die with the process that started them", every=0.2)
 
 
 def nursery_tree(tmp_path, kata: str, source: str):

@@ -8,13 +8,13 @@ import re
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pexpect
 
 from graders.frame.catalogue import KATAS, REPO_ROOT
 from graders.learner import progress
+from waiting import running, wait_for
 
 CLEAR = "\x1b[2J\x1b[H"
 FAST = 15  # seconds: a screen that needs no grading (the watcher's own start-up included, on a loaded machine)
@@ -95,13 +95,6 @@ def zygotes_of(pid: int) -> list[int]:
     return found
 
 
-def running(pid: int) -> bool:
-    """Is `pid` a live process (not ended; an ended one nobody has reaped yet is a zombie)?"""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_katas(tmp_path, monkeypatch):
     """Saving the reference regrades (the speed level too) to a full marks screen with the L3 speedup, its
     threshold and the bytes written; it waits for a key; r grades the same file again; n then skips the kata
@@ -159,11 +152,8 @@ def test_full_marks_show_the_speed_figures_wait_for_n_and_move_past_complete_kat
         assert_80_columns(child)
         quit_cleanly(child)
         assert "Traceback" not in child.logfile_read.getvalue()
-        for _ in range(100):  # its pipe closed with the watcher: it ends within its next select (0.1 s)
-            if not running(zygote):
-                break
-            time.sleep(0.1)
-        assert not running(zygote), "the zygote outlived the watcher"
+        # Its pipe closed with the watcher: it ends within its next select (0.1 s).
+        wait_for(lambda: not running(zygote), 10, "the zygote to end with the watcher")
     finally:
         child.close(force=True)
         if zygote and running(zygote):

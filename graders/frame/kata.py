@@ -53,8 +53,8 @@ class Kata:
 
     `manifest_data`: the kata's kata.toml parsed (default: read from the catalogue; tests hand in their own).
     `imports_torch_internals`: its grading imports the torch internals of graders/isolation/torch_private.py's
-    FIRST_USE_MODULES (katas 10-13), which a zygote then loads before it forks the kata's first grading process,
-    once for all its children (graders/batch/zygote.py)."""
+    FIRST_USE_MODULES (katas 10-13), which a zygote (or a nursery) then loads before it forks the kata's first
+    grading process (or worker), once for all its children (graders/batch/zygote.py, graders/isolation/nursery.py)."""
 
     def __init__(self, name: str, manifest_data: dict | None = None, *, imports_torch_internals: bool = False):
         self.name = name

@@ -44,9 +44,9 @@ def chapter_2_problem() -> str | None:
 # The torch internals a grading of katas 10-13 imports on first use: Dynamo (torch.func's transforms, torch.export,
 # functionalize and symbolic make_fx import it), Inductor's decomposition table (kata 13's graphs) and its pattern
 # matcher (kata 13's lesson: the solution imports it). Dynamo is 1.2 s of CPU, the three 2.9 s, in every process
-# that grades one of those katas; a process that forks grading processes loads them once for all its children
-# (graders/batch/zygote.py, for the katas whose grader says `imports_torch_internals`). tests/test_torch_private.py
-# imports each.
+# that grades one of those katas; a process that forks grading processes or workers loads them once for all its
+# children (graders/batch/zygote.py, graders/isolation/nursery.py: for the katas whose grader says
+# `imports_torch_internals`). tests/test_torch_private.py imports each.
 FIRST_USE_MODULES = ("torch._dynamo", "torch._inductor.decomposition", "torch._inductor.pattern_matcher")
 
 # (module, attribute path, parameters the graders pass by name or position): checked by tests/test_torch_private.py.
