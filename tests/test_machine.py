@@ -590,6 +590,39 @@ print("young objects after:", len(gc.get_objects()))
 """
 
 
+EXIT_NOW = """
+import atexit, sys, threading, time
+from pathlib import Path
+from graders.frame.lifetimes import exit_now
+out = Path(sys.argv[1])
+class Finalised:
+    def __del__(self):
+        (out / "finalised").write_text("yes")
+kept = Finalised()  # a module's global: the interpreter's teardown finalises it
+atexit.register(lambda: (out / "atexit").write_text("yes"))
+def late():
+    time.sleep(0.3)
+    (out / "thread").write_text("yes")
+threading.Thread(target=late).start()
+sys.stdout.write("not flushed yet")  # stdout is a pipe: block-buffered
+END(3)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit_now", "sys.exit"])
+def test_exit_now_ends_as_the_interpreter_would_but_finalises_nothing(tmp_path, end):
+    """exit_now (graders/frame/lifetimes.py), how a grading process started on its own ends
+    (graders/batch/pytest_process.py): the status, the output, the atexit callbacks and a thread still running are
+    as sys.exit leaves them; the teardown of modules and objects is skipped. sys.exit is the control: in this
+    very script it does finalise, so the missing mark is exit_now's doing."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as it usually is
+    done = subprocess.run([sys.executable, "-c", EXIT_NOW.replace("END", end), str(tmp_path)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stdout) == (3, "not flushed yet"), done.stderr[-2000:]
+    assert (tmp_path / "atexit").exists() and (tmp_path / "thread").exists()
+    assert (tmp_path / "finalised").exists() == (end == "sys.exit")
+
+
 def test_what_a_grading_imports_is_frozen_once_and_the_process_exits_quietly():
     """long_lived (graders/frame/lifetimes.py): what a block imports is out of the collector's sight after it (a
     full collection walks only what came later), only the first block of a name freezes, and the process exits

@@ -183,9 +183,10 @@ def run_katas(katas: list[str], tree: Path, args: argparse.Namespace, seed: int,
                                         args.device, katas)
             else:
                 with open(tmp / f"output{n}", "w") as output:
-                    process = subprocess.Popen([sys.executable, "-m", "pytest", *order, *options, *own], cwd=REPO_ROOT,
-                                               stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                                               env=env, preexec_fn=memory_cap(args.kata_memory, args.device))
+                    process = subprocess.Popen([sys.executable, "-m", "graders.batch.pytest_process", *order, *options,
+                                                *own], cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                               start_new_session=True, env=env,
+                                               preexec_fn=memory_cap(args.kata_memory, args.device))
             running.append(GradingProcess(process, Progress(tmp / f"progress{n}"), tmp / f"results{n}.json",
                                           tmp / f"output{n}"))
 
