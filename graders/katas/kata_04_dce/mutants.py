@@ -1,5 +1,5 @@
 """Kata 04: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant
+from graders.run import Mutant, Variant
 
 SWEEP = """    for node in reversed(gm.graph.nodes):
         if len(node.users) == 0 and not has_side_effects(node, modules):
@@ -80,4 +80,17 @@ MUTANTS = [
            "if not any(node in user.args for user in gm.graph.nodes) and", caught_at=2, caught_by="uses_inside_kwargs"),
     Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
            "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
+]
+
+VARIANTS = [
+    # torch.fx's own sweep, Graph.eliminate_dead_code, told which nodes are impure (its `is_impure_node`, the hook
+    # PyTorch's callers use for effects Node.is_impure cannot see): the same pass as the hand-written loop.
+    Variant("torch_sweep_with_this_impurity_test",
+            "    for node in reversed(gm.graph.nodes):\n"
+            "        if len(node.users) == 0 and not has_side_effects(node, modules):\n"
+            "            gm.graph.erase_node(node)\n"
+            "            removed += 1\n",
+            "    before = len(gm.graph.nodes)\n"
+            "    gm.graph.eliminate_dead_code(is_impure_node=lambda node: has_side_effects(node, modules))\n"
+            "    removed = before - len(gm.graph.nodes)\n"),
 ]
