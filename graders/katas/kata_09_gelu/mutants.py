@@ -1,5 +1,5 @@
 """Kata 09: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant
+from graders.run import Mutant, Variant
 
 ERASE_SUBGRAPH = "        dead = {root, *interior}\n"
 NO_OP = Mutant("no_op", "    modules = dict(gm.named_modules())\n    replaced = 0\n",
@@ -106,3 +106,13 @@ MUTANTS = [
            'str(node.target).rsplit(".", 1)[-1] == "tanh"', caught_at=4),
 ]
 
+
+VARIANTS = [
+    # An nn.GELU(approximate="tanh") module instead of the function, installed under a fresh name: the module form
+    # torch.fx passes that swap modules in produce (add_submodule, then call_module).
+    Variant("installs_an_nn_gelu_module",
+            "            gelu = gm.graph.call_function(F.gelu, (x,), {\"approximate\": \"tanh\"})\n",
+            "            name = next(f\"gelu_{i}\" for i in range(len(gm.graph.nodes) + 1) if not hasattr(gm, f\"gelu_{i}\"))\n"
+            "            gm.add_submodule(name, nn.GELU(approximate=\"tanh\"))\n"
+            "            gelu = gm.graph.call_module(name, (x,))\n"),
+]
