@@ -5,7 +5,8 @@ Timer (`block_timer`). Graders, records and tests call these functions, never th
 `USED` lists each internal callable with the parameters the graders pass, and tests/test_torch_private.py
 checks every one against the installed torch, so an upgrade fails there, loudly, and nowhere else.
 (Learners' solutions and the references import what their lesson teaches, torch._inductor.pattern_matcher
-included: that is the lesson, not the graders' dependency.)
+included: that is the lesson, not the graders' dependency. The correct variants of a kata's mutants.py that
+follow PyTorch's own passes reach deeper, and `USED` lists what they call too.)
 
 `CHAPTER_2` is the torch range chapter 2 was written and checked against; on an older torch its katas say
 so in one sentence (`chapter_2_problem`) instead of failing with tracebacks.
@@ -66,6 +67,14 @@ USED: list[tuple[str, str, tuple[str, ...]]] = [
     ("torch._inductor.decomposition", "select_decomp_table", ()),
     ("torch.func", "functionalize", ("func", "remove")),
     ("torch.fx.passes.reinplace", "reinplace", ("gm", "sample_args")),
+    # Called by correct variants that follow PyTorch's own passes (graders/katas/kata_12_reinplace/mutants.py and
+    # kata_13_sdpa_pattern's): a torch that moves them fails here too, not only in tests/test_mutants.py.
+    ("torch.fx.passes.reinplace", "_maybe_get_inplace_op", ("op",)),
+    ("torch._C._dynamo.guards", "compute_overlapping_tensors", ()),
+    ("torch._inductor.fx_passes.fuse_attention", "_get_sfdp_patterns", ("input_device",)),
+    ("torch._inductor.pattern_matcher", "gen_register_replacement",
+     ("unique_name", "search_fn", "replace_fn", "example_inputs", "trace_fn", "pass_dicts", "extra_check",
+      "scalar_workaround", "skip_duplicates")),
 ]
 
 
@@ -81,10 +90,13 @@ def signature_problems() -> list[str]:
     problems = []
     for module, path, parameters in USED:
         try:
-            found = inspect.signature(resolve(module, path)).parameters
+            target = resolve(module, path)
         except (ImportError, AttributeError) as exc:
             problems.append(f"{module}.{path} is gone in torch {torch.__version__} ({type(exc).__name__}: {exc})")
             continue
+        if not parameters:  # its presence is the check (a class; a C++ builtin, which has no signature to read)
+            continue
+        found = inspect.signature(target).parameters
         missing = [p for p in parameters if p not in found]
         if missing:
             problems.append(f"{module}.{path} in torch {torch.__version__} takes ({', '.join(found)}); the graders "

@@ -1,5 +1,5 @@
 """Kata 11: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import REPO_ROOT, Mutant
+from graders.run import REPO_ROOT, Mutant, Variant
 
 DOC = '    """A new program with every foldable convolution -> BatchNorm pair folded; `ep` is left as it was."""\n'
 NEW_WEIGHT = '''        conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
@@ -121,4 +121,53 @@ MUTANTS = [
     Mutant("leaves_any_program_with_a_training_bn", DOC,
            DOC + "    if any(n.target is aten._native_batch_norm_legit_functional.default for n in ep.graph.nodes):\n"
            "        return ep\n", caught_at=4),
+]
+
+# Correct passes written the way PyTorch's own code does it: each must keep full marks.
+FOLD_BODY = REFERENCE[REFERENCE.index("    dtype = conv_w.dtype\n"):REFERENCE.index("\n\n\ndef _tensor(") + 1]
+FOLD_LOOP = REFERENCE[REFERENCE.index("    rewired = set()\n"):REFERENCE.index("    rederive_meta(graph, rewired, fake_mode)\n")]
+# pt2e's fold_bn_weights_into_conv_node and _fuse_conv_bn_ (torch/ao/quantization/pt2e/utils.py, now torchao), on the
+# program's lifted state: the folded tensors take the place of the convolution's own weight and bias (same
+# placeholders, specs and targets, new state dict entries; a convolution without bias gets a new parameter
+# `<weight>_bias`), the users of getitem 0 read the convolution, and graph.eliminate_dead_code() removes the BN and
+# its getitems. Unlike pt2e (which overwrites a shared weight), a weight or bias another node reads gets new ones.
+PT2E_LOOP = """    def private(node) -> bool:  # a parameter placeholder that this convolution alone reads
+        return node is None or (specs[node].kind == InputKind.PARAMETER and len(node.users) == 1)
+
+    def refold(node, value: torch.Tensor) -> None:  # pt2e's _assign_attr, under the placeholder's own target
+        state_dict[specs[node].target] = nn.Parameter(value, requires_grad=False)
+        node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+
+    rewired = set()
+    for bn in list(graph.nodes):
+""" + BN_HEAD + """        conv, (weight, bias) = found
+        weight_node, bias_node = conv.args[1], conv.args[2]
+        name = specs[weight_node].target
+        if private(weight_node) and private(bias_node):
+            refold(weight_node, weight)
+            if bias_node is None:
+                bias_node = parameter(f"{name}_bias", bias)
+            else:
+                refold(bias_node, bias)
+        else:
+            weight_node, bias_node = parameter(f"{name}_folded", weight), parameter(f"{name}_bias", bias)
+        conv.args = (conv.args[0], weight_node, bias_node, *conv.args[3:])
+        rewired.add(conv)
+        for user in list(bn.users):
+            if user.args[1] == 0:
+                user.replace_all_uses_with(conv)
+    graph.eliminate_dead_code()
+"""
+
+VARIANTS = [
+    # torch.nn.utils.fusion.fuse_conv_bn_weights, the arithmetic pt2e's fold_bn_weights_into_conv_node and
+    # torch.fx.experimental.optimization.fuse call: in the weight's own dtype, not float64, returned as nn.Parameters.
+    Variant("fold_by_fuse_conv_bn_weights", FOLD_BODY,
+            "    return torch.nn.utils.fusion.fuse_conv_bn_weights(conv_w, conv_b, mean, var, eps, gamma, beta)\n"),
+    Variant("pt2e_folds_into_the_convs_own_parameters", FOLD_LOOP, PT2E_LOOP),
+    # torch/_export/passes/lift_constants_pass.py inserts a lifted tensor's placeholder before the first user input
+    # (after the buffers); torch's verifier asks only that the specs follow the placeholders, in order.
+    Variant("new_parameters_before_the_first_user_input",
+            "    after_parameters = next(n for n in placeholders if specs[n].kind != InputKind.PARAMETER)\n",
+            "    after_parameters = next(n for n in placeholders if specs[n].kind == InputKind.USER_INPUT)\n"),
 ]

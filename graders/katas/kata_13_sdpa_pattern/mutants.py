@@ -1,5 +1,5 @@
 """Kata 13: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant
+from graders.run import Mutant, Variant
 
 NO_OP = Mutant("no_op", "    replaced = build_pass().apply(gm.graph)\n", "    replaced = 0\n", caught_at=1)
 DIV_PATTERNS = ("    for search, replace, with_mask in [(attention_div, sdpa_div, False), (attention_mul, sdpa_mul, False),\n"
@@ -63,4 +63,54 @@ MUTANTS = [
     Mutant("mul_replacement_inverts_scale",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / scale)\n", caught_at=2),
+]
+
+# The patterns written by hand in the pattern matcher's DSL, as Inductor writes many of its own (joint_graph.py's
+# _partial_softmax_pattern: amax and sub of one scaled node; post_grad.py's reciprocal_sqrt_to_rsqrt:
+# register_graph_pattern with a handler calling match.replace_by_example). Nothing is traced at registration and there
+# is no recheck by re-tracing: the softmax's dim and keepdim are literals of the pattern, the sizes of the views and
+# expands Ignored(), and each node's user count is stated (_users=2 where amax and sub, or div and sum, both read it),
+# so a softmax over dim -2 or a softmax whose weights are also an output matches nothing.
+DSL_PATTERNS = (
+    "    from torch._inductor.pattern_matcher import CallFunction, Ignored, KeywordArg, register_graph_pattern\n\n"
+    "    def matmul(a, b):  # a @ b of 4-d tensors as decomposed: expand, view to 3-d, bmm, view back\n"
+    "        a, b = (CallFunction(aten.view.default, CallFunction(aten.expand.default, x, Ignored()), Ignored())\n"
+    "                for x in (a, b))\n"
+    "        return CallFunction(aten.view.default, CallFunction(aten.bmm.default, a, b), Ignored())\n\n"
+    "    def softmax(x):  # softmax(x, dim=-1) as decomposed: exp(x - amax(x)) / sum(exp(x - amax(x)))\n"
+    "        exp = CallFunction(aten.exp.default,\n"
+    "                           CallFunction(aten.sub.Tensor, x, CallFunction(aten.amax.default, x, [-1], True)), _users=2)\n"
+    "        return CallFunction(aten.div.Tensor, exp, CallFunction(aten.sum.dim_IntList, exp, [-1], True))\n\n"
+    "    scores = matmul(KeywordArg(\"query\"), CallFunction(aten.permute.default, KeywordArg(\"key\"), [0, 1, 3, 2]))\n"
+    "    for op, scale, replace, with_mask in [(aten.div.Tensor, \"inv_scale\", sdpa_div, False),\n"
+    "                                          (aten.mul.Tensor, \"scale\", sdpa_mul, False),\n"
+    "                                          (aten.div.Tensor, \"inv_scale\", sdpa_div_mask, True),\n"
+    "                                          (aten.mul.Tensor, \"scale\", sdpa_mul_mask, True)]:\n"
+    "        scaled = CallFunction(op, scores, KeywordArg(scale), _users=1 if with_mask else 2)\n"
+    "        if with_mask:\n"
+    "            scaled = CallFunction(aten.add.Tensor, scaled, KeywordArg(\"mask\"), _users=2)\n"
+    "        names = [\"query\", \"key\", \"value\", scale, *([\"mask\"] if with_mask else [])]\n\n"
+    "        def handler(match, replace=replace, names=names, **kwargs):\n"
+    "            match.replace_by_example(replace, [kwargs[name] for name in names])\n\n"
+    "        register_graph_pattern(matmul(softmax(scaled), KeywordArg(\"value\")), attention_extra_check,\n"
+    "                               pass_dict=patterns)(handler)\n")
+
+VARIANTS = [
+    # Inductor's own attention patterns: fuse_attention.py's _sfdp_init registers what _get_sfdp_patterns yields with
+    # gen_register_replacement (the pre-traced patterns of fx_passes/serialized_patterns); here its inference ones go
+    # into this pass instead of joint_graph.patterns. They fuse the division (_sfdp_pattern_1), the multiplication
+    # (_sfdp_pattern_2) and the masked division (_sfdp_pattern_5), refusing a tensor scale (_is_supported_scale) and
+    # mixed dtypes (_sfdp_params_check); Inductor has no pattern for masked scores multiplied by a scale, so the
+    # reference's stays for that one.
+    Variant("inductor_sfdp_patterns", DIV_PATTERNS,
+            "    from torch._inductor.fx_passes.fuse_attention import _get_sfdp_patterns\n"
+            "    from torch._inductor.pattern_matcher import gen_register_replacement\n"
+            "    for name, kwargs in _get_sfdp_patterns(torch.device(\"cpu\")):\n"
+            "        if name.endswith(\"_inference\"):\n"
+            "            gen_register_replacement(name, **{**kwargs, \"pass_dicts\": patterns})\n"
+            "    for search, replace, with_mask in [(attention_mul_mask, sdpa_mul_mask, True)]:\n"),
+    Variant("hand_written_dsl_patterns",
+            DIV_PATTERNS + "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
+                           "                             extra_check=attention_extra_check)\n",
+            DSL_PATTERNS),
 ]
