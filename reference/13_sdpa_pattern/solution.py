@@ -47,11 +47,14 @@ def sdpa_mul_mask(query, key, value, scale, mask):
 
 
 def attention_extra_check(match: Match) -> bool:
-    """May this match become one SDPA? The scale a plain number (SDPA takes a float, not a tensor), and query,
-    key, value (and the mask) of one dtype: SDPA refuses mixed dtypes."""
+    """May this match become one SDPA? The scale a plain number (SDPA takes a float, not a tensor), the mask a
+    tensor (an input of the pattern matches a number too: `scores + 1.0`), and query, key, value (and the mask)
+    of one dtype: SDPA refuses mixed dtypes."""
     scale = match.kwargs.get("scale", match.kwargs.get("inv_scale"))
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         return False
+    if "mask" in match.kwargs and not isinstance(match.kwargs["mask"], fx.Node):
+        return False  # a number added to the scores matched the mask: SDPA's attn_mask is a tensor
     dtypes = {match.kwargs[name].meta["val"].dtype for name in ("query", "key", "value", "mask") if name in match.kwargs}
     return len(dtypes) == 1
 

@@ -28,6 +28,7 @@ class Spelling:
     softmax_dim: int = -1           # -2: a softmax over the queries, not over the keys
     returns_weights: bool = False   # the attention weights are an output too: they must stay
     scale_param: bool = False       # the scale is a tensor parameter: SDPA takes a float
+    number_added: float | None = None  # a number added to the scores before the softmax (no mask: a number)
 
 
 class Attention(nn.Module):
@@ -56,6 +57,8 @@ class Attention(nn.Module):
             scores = scores * (1.0 / math.sqrt(q.size(-1)) if s.scale is None else s.scale)
         if s.mask:
             scores = scores + mask
+        if s.number_added is not None:
+            scores = scores + s.number_added
         weights = {"torch": lambda: torch.softmax(scores, dim=s.softmax_dim),
                    "functional": lambda: F.softmax(scores, dim=s.softmax_dim),
                    "method": lambda: scores.softmax(s.softmax_dim),
@@ -83,7 +86,7 @@ class AttentionStack(nn.Module):
 
 
 def is_genuine(s: Spelling) -> bool:
-    return s.softmax_dim == -1 and not s.returns_weights and not s.scale_param
+    return s.softmax_dim == -1 and not s.returns_weights and not s.scale_param and s.number_added is None
 
 
 def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, dim: int = 16,
@@ -156,6 +159,10 @@ EXACT_CASES: dict[str, Case] = {
                                           "float64 while query and key are float32: SDPA refuses mixed dtypes; check "
                                           "the dtypes of query, key and value (meta['val']) in extra_check.",
                                           value_dtype=torch.float64, expect=0, batch=STATIC),
+    "number_added_to_the_scores": case([Spelling(number_added=1.0)], "scores + 1.0 matches the masked pattern with "
+                                       "the number in the mask's place; SDPA's attn_mask is a tensor: in extra_check, "
+                                       "refuse a mask that is no graph node (Inductor's _sfdp_params_check does).",
+                                       batch=STATIC),
     "genuine_next_to_a_lookalike": case([Spelling(softmax_dim=-2), Spelling(scale_op="mul", scale=0.2)],
                                         "the first block is no attention over the keys, the second is.", batch=STATIC),
 }

@@ -26,6 +26,10 @@ MUTANTS = [
            caught_at=2, caught_by="scale_in_a_tensor_parameter"),
     Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n",
            caught_at=2, caught_by="query_and_value_dtypes_differ"),
+    # Reads meta of whatever the mask matched: a number added to the scores has none (the pass raises).
+    Mutant("takes_a_number_for_a_mask", "    if \"mask\" in match.kwargs and not isinstance(match.kwargs[\"mask\"], fx.Node):\n"
+           "        return False  # a number added to the scores matched the mask: SDPA's attn_mask is a tensor\n", "",
+           caught_at=2, caught_by="number_added_to_the_scores"),
     # Branches on a size symbol in extra_check: the batch < 100 holds for the traced one, so the match goes on, but
     # the ShapeEnv records the guard: the graph is declared valid for batches below 100 only (divided_by_sqrt_d's
     # batch is symbolic).
