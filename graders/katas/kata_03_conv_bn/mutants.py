@@ -1,5 +1,5 @@
 """Kata 03: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant, Variant
+from graders.run import REPO_ROOT, Mutant, Variant
 
 SAFE_TO_FOLD = """        and len(conv_node.users) == 1                 # another user would see the BN folded in
         and calls[conv_node.target] == 1              # a shared conv is also used elsewhere
@@ -97,8 +97,37 @@ MUTANTS = [
            caught_at=4),
 ]
 
+# Correct passes written the way PyTorch's own code does it: each must keep full marks.
+REFERENCE = (REPO_ROOT / "reference" / "03_conv_bn" / "solution.py").read_text()
+FOLD_BODY = REFERENCE[REFERENCE.index("    if conv_b is None:\n"):REFERENCE.index("\n\n\ndef _foldable(") + 1]
+FOLD_LOOP = REFERENCE[REFERENCE.index("    for bn_node in list(gm.graph.nodes):\n"):REFERENCE.index("    gm.graph.lint()\n")]
+# torch.fx.experimental.optimization.fuse's loop, with the kata's guards added (fuse itself folds into a conv called
+# at two sites or whose weight is read, and raises "Fusion only for eval!" on a training-mode module): its
+# matches_module_pattern((nn.Conv2d, nn.BatchNorm2d), ...), then torch.nn.utils.fusion.fuse_conv_bn_eval (a deep
+# copy of the conv with torch's fused Parameters; the non-QAT path of torch.ao.quantization's fuser_method_mappings
+# fuse_conv_bn calls it too), installed by replace_node_module (setattr on the parent module).
+TORCH_FUSE_LOOP = """    from torch.fx.experimental.optimization import matches_module_pattern, replace_node_module
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    for node in list(gm.graph.nodes):
+        if not matches_module_pattern((nn.Conv2d, nn.BatchNorm2d), node, modules):
+            continue
+        if len(node.args) != 1 or node.kwargs or not _foldable(node.args[0], node, modules, calls, attr_reads):
+            continue
+        fused = fuse_conv_bn_eval(modules[node.args[0].target], modules[node.target])
+        replace_node_module(node.args[0], modules, fused)
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+"""
+
 VARIANTS = [
     # PyTorch's fuse_conv_bn_eval folds only when conv and BN are both in eval mode.
     Variant("declines_a_training_mode_conv", "        and not bn.training ",
             "        and not bn.training and not conv.training "),
+    # torch.nn.utils.fusion.fuse_conv_bn_weights itself (what fuse_conv_bn_eval and pt2e call): cast to the conv's
+    # dtype, returned as nn.Parameters (a conv without bias gets a bias that does not require grad).
+    Variant("fold_by_torch_fuse_conv_bn_weights", FOLD_BODY,
+            "    return torch.nn.utils.fusion.fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps,\n"
+            "                                                      bn_w, bn_b)\n"),
+    Variant("torch_fx_optimization_fuse_loop", FOLD_LOOP, TORCH_FUSE_LOOP),
 ]

@@ -127,10 +127,32 @@ MUTANTS = [
            "return node.target in (torch.rand, torch.randn_like, F.dropout)", caught_at=4),
 ]
 
+STORE = """        name = _fresh_name(gm, taken)
+        # Not persistent: the folded value is derived from the state_dict, not part of it.
+        gm.register_buffer(name, values[node], persistent=False)
+"""
+
 VARIANTS = [
     # torch.fx.experimental.const_fold stores folded values as frozen parameters, not buffers.
     Variant("stores_frozen_parameters", "gm.register_buffer(name, values[node], persistent=False)",
             "gm.register_parameter(name, torch.nn.Parameter(values[node], requires_grad=False))"),
     # A prefix the graded model already uses (`_folded_0`, `_folded_1`): a pass that checks hasattr moves on.
     Variant("prefix_already_taken", 'FOLDED_NAME = "_folded_constant"', 'FOLDED_NAME = "_folded"'),
+    # Inductor's replace_node_with_constant (torch/_inductor/constant_folding.py): the first `_frozen_param{i}` gm has
+    # no attribute of, registered as a buffer with register_buffer's default, persistent (so in the state_dict).
+    Variant("inductor_frozen_param_names", STORE, """        index = 0
+        while hasattr(gm, name := f"_frozen_param{index}"):
+            index += 1
+        gm.register_buffer(name, values[node])
+"""),
+    # torch.fx.experimental.const_fold: a name from its get_unique_attr_name_in_module (`_FX_CONST_FOLDED_ATTRS`,
+    # then `_1`, `_2`, ... while hasattr), and FoldedGraphModule.run_folding's _create_param: a frozen Parameter
+    # holding a detached clone (never a view of a parameter), requires_grad as the value's (False under no_grad).
+    Variant("const_fold_stores_detached_clones", STORE,
+            """        from torch.fx.experimental.const_fold import get_unique_attr_name_in_module
+        name = get_unique_attr_name_in_module(gm, "_FX_CONST_FOLDED_ATTRS")
+        value = values[node]
+        param = torch.nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
+        gm.register_parameter(name, param)
+"""),
 ]
