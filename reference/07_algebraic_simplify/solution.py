@@ -167,9 +167,16 @@ def _name(node: fx.Node) -> str:
     return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
 
 
+def writes_into(user: fx.Node, value: fx.Node) -> bool:
+    """A call that writes its result into `value`, given as its out= tensor: torch.mul(a, 2, out=y) writes y."""
+    out = user.kwargs.get("out")
+    return out is value or isinstance(out, (tuple, list)) and any(o is value for o in out)
+
+
 def written_through(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:
-    """Whether an in-place op uses `node`'s tensor: directly, or through a view of it, or a view of a view
-    (`y.view(-1)[:2].add_(1)` writes y). `skip`: a user that is not asked about (the node being replaced)."""
+    """Whether an in-place op uses `node`'s tensor, or a call writes into it (out=): directly, or through a view of
+    it, or a view of a view (`y.view(-1)[:2].add_(1)` writes y). `skip`: a user that is not asked about (the node
+    being replaced)."""
     seen, reached = set(), [node]
     while reached:
         value = reached.pop()
@@ -177,7 +184,7 @@ def written_through(node: fx.Node, modules: dict, skip: fx.Node | None = None) -
             if user is skip or user in seen:
                 continue
             seen.add(user)
-            if is_in_place(user, modules):
+            if is_in_place(user, modules) or writes_into(user, value):
                 return True
             if user.op in ("call_function", "call_method") and _name(user) in VIEW_OPS and user.args \
                     and user.args[0] is value:

@@ -93,6 +93,12 @@ def in_place_on_result(x):
     return x - y
 
 
+def written_through_out(x):
+    y = x * 1.0
+    torch.mul(x, 2.0, out=y)  # writes y: replace y by x and this writes x, the caller's input
+    return y
+
+
 def in_place_through_views(x):
     y = x * 1.0
     y.view(-1)[:2].add_(1.0)  # writes y through a view of a view: replace y by x and this writes x
@@ -200,6 +206,9 @@ L2_CASES = cases(
     ("in_place_on_result", in_place_on_result, 0, None,
      "y = x * 1.0 is a new tensor; y.add_(1.0) mutates it. Replace y by x and add_ mutates x. Skip a rewrite when "
      "an in-place op (name ending in '_', inplace=True) uses the node or its replacement."),
+    ("written_through_out", written_through_out, 0, None,
+     "torch.mul(x, 2.0, out=y) writes its result into y: a call with out= writes that tensor as an in-place op "
+     "writes its self. Replace y by x and the call writes x, the caller's input."),
     ("other_repeated_ops", lambda x: (torch.sigmoid(torch.sigmoid(x)), torch.tanh(x).tanh(), F.gelu(F.gelu(x))), 0,
      None, "only relu is idempotent here: sigmoid(sigmoid(x)), tanh(tanh(x)) and gelu(gelu(x)) are not sigmoid(x), "
            "tanh(x), gelu(x)."),

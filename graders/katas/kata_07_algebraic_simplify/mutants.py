@@ -142,6 +142,9 @@ MUTANTS = [
            caught_at=2, caught_by="relu_chain_with_other_user"),
     Mutant("top_level_module_names_only", "return MODULES.get(type(modules.get(node.target)))",
            'return MODULES.get(type(getattr(modules[""], node.target, None)))', caught_at=4),
+    # Only in-place ops count as writes: a call's out= tensor is written too.
+    Mutant("out_is_no_write", "            if is_in_place(user, modules) or writes_into(user, value):\n",
+           "            if is_in_place(user, modules):\n", caught_at=2, caught_by="written_through_out"),
 ]
 
 VARIANTS = [
@@ -155,4 +158,46 @@ VARIANTS = [
             "                replacement = graph.call_method(\"to\", (replacement, meta(node).dtype))\n"
             "            replacement.meta = dict(node.meta)\n"
             "        if replacement is None or not same_tensor_type(node, replacement):\n"),
+    # Inductor's is_mutated (joint_graph.py, remove_no_ops, pytorch/pytorch#174187): a user mutates a value when the
+    # argument of its op's schema that receives it is annotated as written (Tensor(a!)). A torch-level call is looked
+    # up as the ATen op of its name (y.add_(1) -> aten.add_, torch.add(a, b, out=y) -> aten.add.out); the name rule
+    # stays for what has no ATen op, and views are still followed, as the README asks (Inductor's graphs have none).
+    Variant("in_place_by_schema",
+            "def written_through(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:\n",
+            "def writes(user: fx.Node, value: fx.Node, modules: dict) -> bool:\n"
+            "    if user.op == \"call_module\":\n"
+            "        return getattr(modules.get(user.target), \"inplace\", False) is True  # a module has no schema\n"
+            "    if user.op not in (\"call_function\", \"call_method\"):\n"
+            "        return False\n"
+            "    if user.kwargs.get(\"inplace\") is True:  # F.relu(y, inplace=True): its schema is aten.relu's\n"
+            "        return True\n"
+            "    try:\n"
+            "        packet = getattr(torch.ops.aten, _name(user))\n"
+            "        schemas = [getattr(packet, overload)._schema for overload in packet.overloads()]\n"
+            "    except (AttributeError, RuntimeError):  # no ATen op of that name: the name rule\n"
+            "        return is_in_place(user, modules)\n"
+            "    positions = [i for i, arg in enumerate(user.args) if arg is value]\n"
+            "    names = {name for name, arg in user.kwargs.items() if arg is value}\n"
+            "    for schema in schemas:\n"
+            "        positional = [a for a in schema.arguments if not a.kwarg_only]\n"
+            "        received = [positional[i] for i in positions if i < len(positional)]\n"
+            "        received += [a for a in schema.arguments if a.name in names]\n"
+            "        if any(a.alias_info is not None and a.alias_info.is_write for a in received):\n"
+            "            return True\n"
+            "    return False\n\n\n"
+            "def written_through(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:\n"
+            "    seen, reached = set(), [node]\n"
+            "    while reached:\n"
+            "        value = reached.pop()\n"
+            "        for user in value.users:\n"
+            "            if user is skip or (user, value) in seen:\n"
+            "                continue\n"
+            "            seen.add((user, value))\n"
+            "            if writes(user, value, modules):\n"
+            "                return True\n"
+            "            if user.op in (\"call_function\", \"call_method\") and _name(user) in VIEW_OPS and user.args \\\n"
+            "                    and user.args[0] is value:\n"
+            "                reached.append(user)\n"
+            "    return False\n\n\n"
+            "def written_through_by_name(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:\n"),
 ]
