@@ -12,7 +12,7 @@ meaning; the nearest, a verifier that never times anything (SPEEDUP_ALWAYS_ONE),
 (caught at level 2 now: it reports 1.0 for a pass whose model cannot run, where the speedup is nan), and what
 bench/speed_fidelity.py grades as this kata's no-op (SPEED_NO_OP).
 """
-from graders.run import Mutant
+from graders.run import Mutant, Variant
 
 BACK_TO_BACK_OLD = """            ratios = []
             for round_index in range(TIMING_ROUNDS):
@@ -168,3 +168,27 @@ SPEED_NO_OP = SPEEDUP_ALWAYS_ONE
 
 # Each check built for a mutant fails it on the verifier's report, with the case's hint (graders/dev/mutation.py).
 CAUGHT_WITH_A_HINT = True
+
+VARIANTS = [
+    # Fresh inputs drawn as PyTorch's OpInfo sample inputs are: torch.testing.make_tensor (torch/testing/_creation.py),
+    # uniform in [-9, 9) for floating dtypes, in the tensor's own dtype and on its device: both signs, float64 precision.
+    Variant("draws_with_make_tensor",
+            "        samples.append(tuple(torch.randn(batch, *t.shape[1:], dtype=t.dtype, device=t.device) for t in "
+            "example_inputs))\n",
+            "        samples.append(tuple(torch.testing.make_tensor((batch, *t.shape[1:]), dtype=t.dtype, device=t.device)\n"
+            "                             for t in example_inputs))\n"),
+    # The vector-Jacobian product as torch.autograd.gradcheck computes it (gradcheck.py, _get_analytical_vJu_backward_mode
+    # and its vjp_fn): torch.autograd.grad(outputs, inputs, grad_outputs=v, allow_unused=True) over the differentiable
+    # outputs only (gradcheck's _differentiable_outputs), with materialize_grads=True: an unused input's None comes
+    # back as zeros, autograd's own spelling of "None counts as zeros".
+    Variant("vjp_with_materialize_grads",
+            "    loss = sum((o * c).sum() for o, c in zip(outputs, cotangents))\n"
+            "    wrt = [*inputs, *(named[name] for name in params)]\n"
+            "    grads = torch.autograd.grad(loss, wrt, allow_unused=True)\n",
+            "    wrt = [*inputs, *(named[name] for name in params)]\n"
+            "    pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]\n"
+            "    if not pairs:  # nothing differentiable: every gradient is zero\n"
+            "        return [torch.zeros_like(w) for w in wrt]\n"
+            "    grads = torch.autograd.grad([o for o, _ in pairs], wrt, grad_outputs=[c for _, c in pairs],\n"
+            "                                allow_unused=True, materialize_grads=True)\n"),
+]
