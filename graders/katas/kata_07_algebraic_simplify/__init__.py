@@ -50,6 +50,8 @@ def simplified(run: Run) -> dict:
     outcomes = [(allowed + len(chosen), expected - sum((r for r, _ in chosen), Counter())
                  + sum((a for _, a in chosen), Counter()))
                 for size in range(len(optional) + 1) for chosen in combinations(optional, size)]
+    # Other right answers in whole (a hidden model whose last identity a pass may keep: models.hidden_case).
+    outcomes += [(count, Counter(ops)) for count, ops in run.case.extra.get("alternatives", ())]
     allowed, expected = next(((count, ops) for count, ops in outcomes if ops == got), (allowed, expected))
     if got != expected:
         run.fail(f"after simplify the graph computes {show(got)}; expected {show(expected)} "

@@ -200,4 +200,28 @@ VARIANTS = [
             "                reached.append(user)\n"
             "    return False\n\n\n"
             "def written_through_by_name(node: fx.Node, modules: dict, skip: fx.Node | None = None) -> bool:\n"),
+    # Inductor's remove_noop_ops (post_grad.py): "Don't introduce new aliasing between inputs and outputs": a copy
+    # whose result is returned stays where its replacement is an input or shares its memory with another output (the
+    # graders accept outputs that share, and outputs kept apart: a hidden model where this keeps one identity).
+    Variant("keeps_a_copy_rather_than_share_outputs",
+            "        if not aliasing_is_safe(node, replacement, modules):\n            continue\n",
+            """        if not aliasing_is_safe(node, replacement, modules):
+            continue
+
+        def storage(value):  # the node whose memory `value` shares: views followed back to their base
+            while (isinstance(value, fx.Node) and value.op in ("call_function", "call_method")
+                   and _name(value) in VIEW_OPS and value.args and isinstance(value.args[0], fx.Node)):
+                value = value.args[0]
+            return value
+
+        outputs = next(n for n in reversed(graph.nodes) if n.op == "output").all_input_nodes
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        output_storages = {storage(n) for n in outputs}
+        if storage(node) is not storage(replacement):  # not a view: a copy that keeps its result apart
+            if storage(node) in output_storages and (storage(replacement) in placeholders
+                                                     or storage(replacement) in output_storages):
+                continue
+        elif node in outputs and (replacement in placeholders or replacement in outputs):
+            continue
+"""),
 ]
