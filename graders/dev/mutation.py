@@ -19,7 +19,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from graders.frame.catalogue import REPO_ROOT, grader_module_name, load_grader
+from graders.frame.catalogue import grader_module_name, load_grader, reference_source
 from graders.frame.mutant import Mutant
 from graders.frame.levels import CheckResult
 from graders.run.session import grade
@@ -34,7 +34,7 @@ def kata_mutants(kata: str) -> ModuleType | None:
 
 
 def write_mutant_tree(tmp_path: Path, kata: str, mutant: Mutant) -> Path:
-    source = (REPO_ROOT / "reference" / kata / "solution.py").read_text()
+    source = reference_source(kata)
     count = source.count(mutant.old)
     assert count == 1, f"mutant {mutant.name}: its `old` text occurs {count} times in the reference, not once"
     target = tmp_path / kata / "solution.py"

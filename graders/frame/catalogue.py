@@ -23,6 +23,11 @@ def grader_folder(kata: str, root: Path = REPO_ROOT) -> Path:
     return root / "graders" / "katas" / f"kata_{kata}"
 
 
+def reference_source(kata: str) -> str:
+    """The text of the kata's reference solution (reference/<kata>/solution.py): what a mutant or a variant edits."""
+    return (REPO_ROOT / "reference" / kata / "solution.py").read_text()
+
+
 def kata_names(root: Path = REPO_ROOT) -> list[str]:
     """Every kata with a grader manifest, in order."""
     return sorted(p.parent.name.removeprefix("kata_") for p in (root / "graders" / "katas").glob(f"kata_*/{MANIFEST}"))

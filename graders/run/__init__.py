@@ -14,7 +14,7 @@ structure, timing, model helpers). The modules behind it:
 
 May import: graders.frame, graders.isolation (a session runs solution code in a worker when isolated).
 """
-from graders.frame.catalogue import REPO_ROOT, manifest
+from graders.frame.catalogue import REPO_ROOT, manifest, reference_source
 from graders.frame.mutant import Mutant, Variant
 from graders.run import aten, exported, harness
 from graders.run.aten import aten_tracer
@@ -42,7 +42,7 @@ from graders.run.structure import call_module_nodes, graph_table
 from graders.run.timing import CountingMode, alone, measure_speedup
 
 __all__ = [
-    "ATOL", "RTOL", "REPO_ROOT", "aten", "aten_tracer", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
+    "ATOL", "RTOL", "REPO_ROOT", "reference_source", "aten", "aten_tracer", "Called", "ExportedProgram", "assert_program_sound", "copy_program", "exported", "exporter", "CountingMode", "Case", "CheckFailed", "Context", "Kata", "Mutant", "Pass", "PathChain",
     "Program", "Program2", "Run", "Variant", "alone", "apply", "assert_bit_identical", "assert_model_unchanged",
     "assert_same_outputs", "assert_sendable", "bn2d", "build", "conv2d", "call_module_nodes", "cloned", "describe_difference", "describe_exception",
     "graph_table", "harness", "input_sets", "manifest", "manual_seed", "measure_speedup", "nest_under", "on_device",

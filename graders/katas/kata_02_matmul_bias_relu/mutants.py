@@ -1,9 +1,9 @@
 """Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant, REPO_ROOT
+from graders.run import Mutant, reference_source
 
 from . import models
 
-REFERENCE = (REPO_ROOT / "reference" / "02_matmul_bias_relu" / "solution.py").read_text()
+REFERENCE = reference_source("02_matmul_bias_relu")
 FUSED = "torch.matmul(x, w).add_(b).relu_()"
 BIAS_ADDS = """BIAS_ADDS = [
     lambda p, b: p + b,

@@ -1,5 +1,5 @@
 """Kata 03: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import REPO_ROOT, Mutant, Variant
+from graders.run import Mutant, Variant, reference_source
 
 SAFE_TO_FOLD = """        and len(conv_node.users) == 1                 # another user would see the BN folded in
         and calls[conv_node.target] == 1              # a shared conv is also used elsewhere
@@ -98,7 +98,7 @@ MUTANTS = [
 ]
 
 # Correct passes written the way PyTorch's own code does it: each must keep full marks.
-REFERENCE = (REPO_ROOT / "reference" / "03_conv_bn" / "solution.py").read_text()
+REFERENCE = reference_source("03_conv_bn")
 FOLD_BODY = REFERENCE[REFERENCE.index("    if conv_b is None:\n"):REFERENCE.index("\n\n\ndef _foldable(") + 1]
 FOLD_LOOP = REFERENCE[REFERENCE.index("    for bn_node in list(gm.graph.nodes):\n"):REFERENCE.index("    gm.graph.lint()\n")]
 # torch.fx.experimental.optimization.fuse's loop, with the kata's guards added (fuse itself folds into a conv called

@@ -1,5 +1,5 @@
 """Kata 05: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant, REPO_ROOT, Variant
+from graders.run import Mutant, Variant, reference_source
 
 MERGE = """        first = available.setdefault(key, node)
         if first is not node:
@@ -18,7 +18,7 @@ MERGE_AFTER_THE_LOOP = """        first = available.setdefault(key, node)
         merged += 1
 """
 START = "    available: dict[object, fx.Node] = {}\n"
-_REFERENCE = (REPO_ROOT / "reference" / "05_cse" / "solution.py").read_text()
+_REFERENCE = reference_source("05_cse")
 LOOP = _REFERENCE[_REFERENCE.index(START):_REFERENCE.index(MERGE) + len(MERGE)]
 UNKNOWN_ARGUMENTS = """    if isinstance(arg, slice):  # unhashable before Python 3.12
         return (slice, _constant_key(arg.start), _constant_key(arg.stop), _constant_key(arg.step))

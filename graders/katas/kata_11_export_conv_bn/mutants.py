@@ -1,5 +1,5 @@
 """Kata 11: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import REPO_ROOT, Mutant, Variant
+from graders.run import Mutant, Variant, reference_source
 
 DOC = '    """A new program with every foldable convolution -> BatchNorm pair folded; `ep` is left as it was."""\n'
 NEW_WEIGHT = '''        conv.args = (conv.args[0], parameter(f"{name}_folded", weight),
@@ -24,7 +24,7 @@ RUN_TIME_FOLD = """        gamma, beta, mean, var, eps = *bn.args[1:5], bn.args[
             new_bias = op(aten.add.Tensor, new_bias, beta)
         conv.args = (conv.args[0], new_weight, new_bias, *conv.args[3:])
 """
-REFERENCE = (REPO_ROOT / "reference" / "11_export_conv_bn" / "solution.py").read_text()
+REFERENCE = reference_source("11_export_conv_bn")
 BN_HEAD = REFERENCE[REFERENCE.index("        if bn.target is not BATCH_NORM:"):REFERENCE.index("        conv, (weight, bias) = found\n")]
 # "The model is in eval mode, so every BN folds; one without running statistics normalises with mean 0 and
 # variance 1." But track_running_stats=False normalises with the batch's own statistics in eval mode too (the
