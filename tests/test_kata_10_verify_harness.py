@@ -42,6 +42,20 @@ def test_a_verifier_that_never_times_fails_the_speed_checks_that_need_a_clock(tm
     assert "Hint:" in built.message, built.message
 
 
+@pytest.mark.parametrize("mutant, hint", [
+    ("draws_in_float32_precision", "Hint: draw fresh inputs in the example's dtype"),
+    ("fixed_tolerances", "Hint: compare at the atol and rtol verify_pass was called with (1e-12 here)"),
+])
+def test_a_float64_input_rounded_through_float32_hints_at_the_cause_the_wrong_keys_tell(tmp_path, mutant, hint):
+    """Two verifiers say numerical=True for a pass that rounds a float64 model's input through float32. One draws its
+    inputs in float32 and casts them (which hides the output's error, not the input gradient's); the other compares at
+    fixed tolerances, so it misses both. The keys each gets wrong name its cause, and its hint must be that one."""
+    result = GradingSession(write_mutant_tree(tmp_path, KATA, BY_NAME[mutant]), seed=0).run(
+        CHECKS["float64_input_rounded_through_float32"])
+    assert not result.passed and hint in result.message, result.message
+    assert ("gradient=True" in result.message) == (mutant == "fixed_tolerances"), result.message
+
+
 @pytest.mark.parametrize("seed", [101, 202, 303])
 def test_hidden_battery_truth_holds_for_the_reference_verifier(seed):
     """The L4 generator's claimed truth, checked by the reference verifier on more seeds."""

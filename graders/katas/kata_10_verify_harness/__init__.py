@@ -57,10 +57,13 @@ def run_case(ctx: Context, name: str, case: Case) -> dict:
     model = called.args[0]  # as verify_pass left it (rebuilt from the worker's record when isolated)
     label = case.extra.get("label") or name
     called_with = (" called with " + ", ".join(f"{k}={v:g}" for k, v in tolerances.items())) if tolerances else ""
-    for key, truth in case.expect.items():
-        if report[key] != truth:
-            raise CheckFailed(f"verify_pass{called_with} said {key}={report[key]} for the pass `{label}`, but {key} "
-                              f"is {truth}: {case.extra['why']}." + (f" Hint: {case.hint}" if case.hint else ""))
+    if wrong := [key for key, truth in case.expect.items() if report[key] != truth]:
+        said = " and ".join(f"{key}={report[key]}" for key in wrong)
+        truths = " and ".join(f"{key} is {case.expect[key]}" for key in wrong)
+        # Which keys are wrong can tell two causes apart (kata.toml's `hint_when`: wrong keys -> hint)
+        hint = case.extra.get("hint_when", {}).get(",".join(wrong), case.hint)
+        raise CheckFailed(f"verify_pass{called_with} said {said} for the pass `{label}`, but {truths}: "
+                          f"{case.extra['why']}." + (f" Hint: {hint}" if hint else ""))
     if case.extra.get("speedup_nan") and not math.isnan(report["speedup"]):
         raise CheckFailed(f"verify_pass said speedup={report['speedup']!r} for the pass `{label}`, whose transformed "
                           "model cannot run the example: no ratio exists, so speedup is nan (float('nan')), not a "
