@@ -102,6 +102,28 @@ KATA.cases(1, {"basic": case_of(BASIC)}, PASS)
 KATA.cases(2, {name: case_of(c) for name, c in EXACT_CASES.items()}, PASS)
 
 
+def why_fresh(gm: fx.GraphModule, names: list[str]) -> list[str]:
+    """Why nodes `names` of the reinplaced `gm` still write fresh tensors, where the chain tells: the value a copy_
+    epilogue writes back into an input, or an op whose in-place variant has another overload name."""
+    nodes = {node.name: node for node in gm.graph.nodes}
+    written_back = {node.args[1]: node.args[0] for node in gm.graph.nodes
+                    if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"}
+    causes = []
+    for name in names:
+        node = nodes[name]
+        if node in written_back:
+            causes.append(f"{name} is the value the copy_ at the end writes back into the input {written_back[node]}, "
+                          f"and nothing reads {written_back[node]} in between: it may be computed in "
+                          f"{written_back[node]} itself (the README's rule 5)")
+        elif isinstance(node.target, torch._ops.OpOverload):
+            packet = getattr(torch.ops.aten, node.target.overloadpacket.__name__ + "_", None)
+            if packet is not None and node.target._overloadname not in packet.overloads():
+                causes.append(f"{name} is {node.target}, and the in-place overloads have other names "
+                              f"({', '.join(f'{packet.__name__}.{o}' for o in packet.overloads())}): pick the one "
+                              "whose argument types match its own (the README's rule 1)")
+    return causes
+
+
 @KATA.check(3)
 def chain_fresh_bytes(ctx: Context) -> dict:
     """L3: the fresh bytes the reinplaced chain writes per call against the functional graph's, counted exactly."""
@@ -115,11 +137,13 @@ def chain_fresh_bytes(ctx: Context) -> dict:
     figures = {"bytes_written_before": before, "bytes_written_after": after, "max_bytes_fraction": limit,
                "fresh_bytes_ratio": round(before / max(after, 1), 3)}
     if after > limit * before:
+        causes = why_fresh(run.gm, [n for n, _ in after_nodes])
+        hint = ("; ".join(causes) + ".") if causes else ("which ops of the chain could still write into a tensor "
+                                                         "nobody reads again?")
         raise CheckFailed(
             f"the reinplaced chain writes {after / 2**20:.1f} MiB of fresh tensors per call "
             f"({', '.join(n for n, _ in after_nodes)}), the functional graph {before / 2**20:.1f} MiB; this level allows "
-            f"at most {limit:.0%} of it, counted exactly, not timed. Hint: which ops of the chain have an in-place variant whose "
-            "schema matches, under another overload name than their own?", figures)
+            f"at most {limit:.0%} of it, counted exactly, not timed. Hint: {hint}", figures)
     return figures
 
 
