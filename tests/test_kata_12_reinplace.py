@@ -4,7 +4,7 @@ import pytest
 from graders.dev.mutation import write_mutant_tree
 from graders.frame.catalogue import load_grader
 from graders.katas.kata_12_reinplace.mutants import MUTANTS
-from graders.run.session import GradingSession
+from graders.run.session import GradingSession, grade
 
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 
@@ -29,7 +29,7 @@ def test_the_chain_s_hint_names_why_each_fresh_tensor_is_left(tmp_path):
     mutant = next(m for m in MUTANTS if m.name == "same_overload_name_only")
     result = GradingSession(write_mutant_tree(tmp_path / "mutant", KATA, mutant), seed=0).run(L3)
     assert not result.passed
-    assert "pow_1 is aten.pow.Tensor_Scalar, and the in-place overloads have other names (pow_.Scalar" \
+    assert "pow_1 is aten.pow.Tensor_Scalar, whose in-place overloads have other names (pow_.Scalar" \
         in result.message, result.message
     assert "copy_" not in result.message.split("Hint:")[1], result.message
 
@@ -40,3 +40,14 @@ def test_the_chain_s_hint_names_why_each_fresh_tensor_is_left(tmp_path):
     assert "Hint: add_1 is the value the copy_ at the end writes back into the input arg0_1" in result.message, \
         result.message
     assert "overload" not in result.message, result.message
+
+
+def test_a_missed_opportunity_asks_about_the_nodes_that_tell(tmp_path):
+    """L1's basic program with torch.fx's own pass: the add that the copy_ epilogue writes back into x stays fresh.
+    The missed opportunity's hint asks about that node (the case itself has no hint)."""
+    (tmp_path / KATA).mkdir()
+    (tmp_path / KATA / "solution.py").write_text(TORCH_FX_REINPLACE)
+    [result] = grade(KATA, tmp_path, seed=0, levels=(1,))
+    assert not result.passed and "missed opportunity" in result.message, result.message
+    assert "Hint: add_1 is the value the copy_ at the end writes back into the input arg0_1: could it be computed in " \
+        "arg0_1 itself (the README's rule 5)?" in result.message, result.message

@@ -56,6 +56,28 @@ def compare(run: Run) -> None:
                      "would change the other.")
 
 
+def why_fresh(gm: fx.GraphModule, names: list[str]) -> list[str]:
+    """Questions about nodes `names` of the reinplaced `gm`, which still write fresh tensors, where a node tells: the
+    value a copy_ epilogue writes back into an input (rule 5), an op whose in-place overloads have other names than its
+    own (rule 1). Questions, not verdicts: whether the node could run in place depends on the other rules too."""
+    nodes = {node.name: node for node in gm.graph.nodes}
+    written_back = {node.args[1]: node.args[0] for node in gm.graph.nodes
+                    if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"}
+    causes = []
+    for name in names:
+        node = nodes[name]
+        if node in written_back:
+            causes.append(f"{name} is the value the copy_ at the end writes back into the input {written_back[node]}: "
+                          f"could it be computed in {written_back[node]} itself (the README's rule 5)?")
+        elif isinstance(node.target, torch._ops.OpOverload):
+            packet = getattr(torch.ops.aten, node.target.overloadpacket.__name__ + "_", None)
+            if packet is not None and node.target._overloadname not in packet.overloads():
+                causes.append(f"{name} is {node.target}, whose in-place overloads have other names "
+                              f"({', '.join(f'{packet.__name__}.{o}' for o in packet.overloads())}): does one of "
+                              "them take its argument types (the README's rule 1)?")
+    return causes
+
+
 def verdict(run: Run) -> dict:
     """No new guard, no op writing what another of its arguments reads, no more fresh tensors than a right pass."""
     run.assert_no_guard_added("graph", where=f"on {where(run)} ")
@@ -71,8 +93,10 @@ def verdict(run: Run) -> dict:
         if torch_left is not None and (bound is None or len(torch_left) < bound):
             bound, by = len(torch_left), f"torch.fx.passes.reinplace ({', '.join(n for n, _ in torch_left) or 'none'})"
     if bound is not None and len(left) > bound:
+        hint = run.case.hint  # after the questions the nodes ask, a sentence of its own
+        hint = " ".join([*why_fresh(run.gm, [n for n, _ in left]), hint[:1].upper() + hint[1:]]).strip()
         run.fail(f"missed opportunity on {where(run)}: the graph after reinplace allocates {len(left)} fresh tensor(s) "
-                 f"per call ({', '.join(n for n, _ in left)}); {by} leaves {bound}.")
+                 f"per call ({', '.join(n for n, _ in left)}); {by} leaves {bound}.", hint)
     return {"fresh_tensors": len(left)}
 
 
@@ -102,28 +126,6 @@ KATA.cases(1, {"basic": case_of(BASIC)}, PASS)
 KATA.cases(2, {name: case_of(c) for name, c in EXACT_CASES.items()}, PASS)
 
 
-def why_fresh(gm: fx.GraphModule, names: list[str]) -> list[str]:
-    """Why nodes `names` of the reinplaced `gm` still write fresh tensors, where the chain tells: the value a copy_
-    epilogue writes back into an input, or an op whose in-place variant has another overload name."""
-    nodes = {node.name: node for node in gm.graph.nodes}
-    written_back = {node.args[1]: node.args[0] for node in gm.graph.nodes
-                    if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"}
-    causes = []
-    for name in names:
-        node = nodes[name]
-        if node in written_back:
-            causes.append(f"{name} is the value the copy_ at the end writes back into the input {written_back[node]}, "
-                          f"and nothing reads {written_back[node]} in between: it may be computed in "
-                          f"{written_back[node]} itself (the README's rule 5)")
-        elif isinstance(node.target, torch._ops.OpOverload):
-            packet = getattr(torch.ops.aten, node.target.overloadpacket.__name__ + "_", None)
-            if packet is not None and node.target._overloadname not in packet.overloads():
-                causes.append(f"{name} is {node.target}, and the in-place overloads have other names "
-                              f"({', '.join(f'{packet.__name__}.{o}' for o in packet.overloads())}): pick the one "
-                              "whose argument types match its own (the README's rule 1)")
-    return causes
-
-
 @KATA.check(3)
 def chain_fresh_bytes(ctx: Context) -> dict:
     """L3: the fresh bytes the reinplaced chain writes per call against the functional graph's, counted exactly."""
@@ -138,7 +140,7 @@ def chain_fresh_bytes(ctx: Context) -> dict:
                "fresh_bytes_ratio": round(before / max(after, 1), 3)}
     if after > limit * before:
         causes = why_fresh(run.gm, [n for n, _ in after_nodes])
-        hint = ("; ".join(causes) + ".") if causes else ("which ops of the chain could still write into a tensor "
+        hint = " ".join(causes) if causes else ("which ops of the chain could still write into a tensor "
                                                          "nobody reads again?")
         raise CheckFailed(
             f"the reinplaced chain writes {after / 2**20:.1f} MiB of fresh tensors per call "
