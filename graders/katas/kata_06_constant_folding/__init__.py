@@ -106,6 +106,14 @@ def stored_as_state(run: Run) -> None:
                  "`.double()` or `.cuda()` move a module's parameters and buffers, not its plain attributes, so "
                  "after `gm.double()` it would stay float32 on its device.",
                  hint="store a folded value with gm.register_buffer(name, value, persistent=False).")
+    old = set(dict(run.before.named_parameters()))
+    for target, value in tensors_read(run.gm, leaving_out=old | set(dict(run.gm.named_buffers()))):
+        if value.requires_grad:  # a new parameter, trainable
+            run.fail(f"fold_constants stored `{target}` as a parameter that requires grad: an optimiser built from "
+                     "`gm.parameters()` would now train a value derived from the weights, apart from them, and "
+                     "backward computes its gradient on every call. The original has no such parameter.",
+                     hint="a folded value is a constant: a buffer (gm.register_buffer(name, value, persistent=False)) "
+                          "or a frozen parameter (nn.Parameter(value, requires_grad=False)).")
 
 
 EXACT_CASES["folded_values_are_buffers"] = case(

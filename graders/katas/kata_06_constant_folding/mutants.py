@@ -38,6 +38,12 @@ MUTANTS = [
            "    folded = calls_before - sum(_is_call(n) for n in graph.nodes)\n", caught_at=2),
     Mutant("stores_plain_attributes", "        gm.register_buffer(name, values[node], persistent=False)",
            "        setattr(gm, name, values[node])", caught_at=2, caught_by="folded_values_are_buffers"),
+    # nn.Parameter's default, requires_grad=True, where the dtype allows it (an integer mask raises there): the folded
+    # model gains trainable parameters the original lacks.
+    Mutant("stores_trainable_parameters", "        gm.register_buffer(name, values[node], persistent=False)",
+           "        value = values[node]\n"
+           "        gm.register_parameter(name, torch.nn.Parameter(value, requires_grad=value.is_floating_point()))",
+           caught_at=2, caught_by="folded_values_are_buffers"),
     Mutant("size_cap_exclusive", "if _nbytes(value) <= max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):",
            "if _nbytes(value) < max(SIZE_CAP_BYTES, GROWTH_CAP * inputs_bytes):",
            caught_at=2, caught_by="result_exactly_at_the_cap"),
