@@ -122,8 +122,10 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> torch.ex
     provenance notes (meta['from_node'], meta['torch_fn']) are absent (tests/test_exported.py compares them on
     kata 11's kinds of model). A program with any other op is made the documented way."""
     program = aten_mode_export(model, args, dynamic_shapes)
-    if program is not None and not any(node.target in _core_table() for node in program.graph.nodes):
-        return program
+    if program is not None:
+        table = _core_table()
+        if not any(node.target in table for node in program.graph.nodes):
+            return program
     return documented_export(model, args, dynamic_shapes)
 
 
@@ -143,31 +145,30 @@ def documented_export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) 
     """`model` exported (non-strict, the default since 2.6: the training IR), then decomposed to the core ATen
     opset by `run_decompositions()` with the default table."""
     program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
-    return program.run_decompositions(dict(_core_decompositions()))
+    # Given the table: run_decompositions() materializes the default one on every call it is not, a third of its time
+    return program.run_decompositions(dict(_core_table()))
 
 
 def _core_table() -> dict:
-    """The core ATen decomposition table's operators (the keys `default_decompositions()` materializes): those of
-    the table this process materialized for run_decompositions() where it has, else made now, without
-    materializing (2.5 ms). Not kept apart: importing Dynamo or Inductor registers more of them (c10d's functional
-    collectives, quantized_decomposed ops), and a table kept from before such an import disagreed with one
-    materialized after it (tests/test_torch_private.py failed by the order its xdist worker ran tests in)."""
-    from torch._decomp import core_aten_decompositions
-
-    return _DECOMPOSITIONS or core_aten_decompositions()
-
-
-def _core_decompositions() -> dict:
-    if not _DECOMPOSITIONS:  # run_decompositions() materializes the default table on every call: a third of its time
+    """The core ATen decomposition table (`default_decompositions()` materialized), made once and made again
+    only when the process has registered operators since: importing Dynamo or Inductor registers more of them
+    (c10d's functional collectives, quantized_decomposed ops), which the table then holds, so a table kept from
+    before such an import would disagree with one made after it (tests/test_torch_private.py failed by the order
+    its xdist worker ran tests in). Materializing costs 40-150 ms (2 s the first time after Dynamo's import);
+    the count of registered operators that tells whether it is due, 5 ms. Filled in place, never rebound (the
+    runtime guard, graders/isolation/guard.py, holds a rebound module global for tampering)."""
+    registered = len(torch._C._dispatch_get_all_op_names())
+    if _DECOMPOSITIONS_MADE.get("registered") != registered:
+        _DECOMPOSITIONS.clear()
         _DECOMPOSITIONS.update(torch.export.default_decompositions().materialize())
+        _DECOMPOSITIONS_MADE["registered"] = registered
     return _DECOMPOSITIONS
 
 
-# The default (core ATen) decomposition table, materialized once per process: filled in place, never rebound
-# (the runtime guard, graders/isolation/guard.py, holds a rebound module global for tampering).
 _DECOMPOSITIONS: dict = {}
+_DECOMPOSITIONS_MADE: dict = {}  # "registered": the count of registered operators _DECOMPOSITIONS was made at
 USED += [("torch.export._trace", "_export", ("mod", "args", "dynamic_shapes", "strict", "pre_dispatch")),
-         ("torch._decomp", "core_aten_decompositions", ()),
+         ("torch._C", "_dispatch_get_all_op_names", ()),
          ("torch.export", "default_decompositions", ()),
          ("torch.export.decomp_utils", "CustomDecompTable.materialize", ("self",))]
 
