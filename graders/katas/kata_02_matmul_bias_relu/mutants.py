@@ -1,5 +1,5 @@
 """Kata 02: plausible wrong solutions, each caught at the level that should catch it."""
-from graders.run import Mutant, reference_source
+from graders.run import Mutant, Variant, reference_source
 
 from . import models
 
@@ -138,3 +138,46 @@ MUTANTS = [
     Mutant("relu_out_of_place", FUSED, "torch.matmul(x, w).add_(b).relu()", caught_at=3),
 ]
 
+# Inductor's addmm fusion (torch/_inductor/fx_passes/post_grad.py: add(mm(a, b), inp) -> addmm where
+# is_valid_addmm_fusion holds: inp a tensor, not a number, that expands to the product's shape, of the operands'
+# dtype), for the 16 torch.mm spellings, its ReLU in place after it; the sites it refuses (a literal bias, a bias of
+# another dtype) keep the reference's rewrite. With x's shape unknown (a plain symbolic_trace), torch.mm's product
+# is (rows of x, columns of w): a bias of at most one dimension, or of one row, expands to it whatever x holds.
+ADDMM_FILTER = """TRACED_ADDMM = fx.symbolic_trace(lambda x, w, b: torch.addmm(b, x, w).relu_())
+
+
+def addmm_is_valid(match, original_graph: fx.Graph, pattern_graph: fx.Graph) -> bool:
+    \"\"\"Inductor's is_valid_addmm_fusion, on what the graph knows (_known).\"\"\"
+    x, w, b = (_known(original_graph.owning_module, arg) for arg in match.placeholder_nodes)
+    if not (isinstance(w, torch.Tensor) and w.dim() == 2 and isinstance(b, torch.Tensor) and b.dtype == w.dtype):
+        return False  # a number, or a bias the graph does not know, or of another dtype than the operands
+    rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 2 else 1  # 1: expands to any number of rows
+    if isinstance(x, torch.Tensor) and x.dtype != w.dtype:
+        return False
+    try:
+        return torch.broadcast_shapes(b.shape, (rows, w.shape[1])) == (rows, w.shape[1]) and b.dim() <= 2
+    except RuntimeError:
+        return False
+
+
+"""
+ADDMM_LOOP = """    for index, spelling in enumerate(TRACED_PATTERNS):
+        if not calls(spelling.graph) <= calls(gm.graph):
+            continue
+        if index >= 32:  # the torch.mm spellings: addmm where Inductor's check admits it
+            rewritten += len(subgraph_rewriter.replace_pattern_with_filters(gm, spelling, TRACED_ADDMM,
+                                                                            [addmm_is_valid]))
+"""
+ADDMM_TAIL = (MM_TO_ADDMM_TAIL
+              .replace("def calls(graph", ADDMM_FILTER + "def calls(graph", 1)
+              .replace("""    for spelling in TRACED_PATTERNS:
+        # Only the patterns whose every call occurs in the graph can match, as Inductor's pattern matcher looks its
+        # patterns up by the op a node calls. Tried anyway, each would still recompile gm: 48 recompiles per call.
+        if not calls(spelling.graph) <= calls(gm.graph):
+            continue
+""", ADDMM_LOOP))
+assert ADDMM_TAIL.count("addmm_is_valid") == 2 and "def calls(" in ADDMM_TAIL
+
+VARIANTS = [
+    Variant("inductor_addmm_for_the_mm_spellings", MM_TO_ADDMM_TAIL, ADDMM_TAIL),
+]
