@@ -3,6 +3,8 @@ mutants.py. The run path hands the pass a program and builds the module of the o
 (graders/run/harness.py, `_apply_to_program`; guards compared there); the verdict here checks the program itself."""
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 from torch.utils._pytree import tree_leaves
 
@@ -119,6 +121,12 @@ def folded(run: Run) -> dict:
     """The program is sound (validates, meta['val'] on every node and what the graph computes), the given one is
     unchanged, the signature is in order, BatchNorms are left as the case expects, every convolution kept."""
     program, before = run.result, run.program_before
+    targets = [Counter(s.target for s in p.graph_signature.input_specs if s.kind.name in STATE)
+               for p in (program, before)]
+    if shared := [t for t, n in targets[0].items() if n > max(1, targets[1][t])]:
+        run.fail(f"in the program {FUNCTION} returned, {targets[0][shared[0]]} input specs name the state dict entry "
+                 f"{shared[0]!r}: their placeholders all read that one tensor.",
+                 "every pair gets parameters of its own: give each new parameter a name of its own.")
     try:
         exported.assert_program_sound(program, FUNCTION, SOUND_HINT)
         exported.assert_program_unchanged(run.traced, before, FUNCTION, UNCHANGED_HINT)

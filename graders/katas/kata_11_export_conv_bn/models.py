@@ -72,7 +72,9 @@ SINGLE_PAIR = case(lambda: blocks(3, 8), (3, 10), 0,
                    "convolution, point the users of the BN's getitem at the convolution, and return a new program.",
                    extra={"round_trip": True})
 TWO_PAIRS = case(lambda: blocks(3, 6, 8, bias=False), (3, 9), 0,
-                 "every pair gets parameters of its own: give each new parameter a name of its own.")
+                 "both pairs fold, each into new parameters of its own: look for pairs in the whole graph, not just "
+                 "until the first fold, and give each new parameter a name of its own. Where single_pair fails too, "
+                 "its failure is this one's: fix it first.")
 
 EXACT_CASES: dict[str, Case] = {
     "conv_without_bias": case(lambda: conv_bn(conv2d(3, 6, bias=False), bn2d(6)), (3, 10), 0,

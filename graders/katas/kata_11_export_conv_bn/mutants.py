@@ -61,6 +61,11 @@ MUTANTS = [
            'node.meta["val"] = type(fake_mode)().from_tensor(value, static_shapes=True)', caught_at=1),
     Mutant("real_tensor_as_meta_val", 'node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)',
            'node.meta["val"] = value', caught_at=1),
+    # Placeholders of their own, but the state dict entries by their short names (weight_folded, bias_folded): every
+    # pair's new weight reads one entry, the last pair's.
+    Mutant("one_name_for_every_pair", "        state_dict[target] = nn.Parameter(value, requires_grad=False)\n",
+           "        target = target.rpartition(\".\")[2]  # the entry's short name\n"
+           "        state_dict[target] = nn.Parameter(value, requires_grad=False)\n", caught_at=1, caught_by="two_pairs"),
     Mutant("folds_only_the_first_pair", "        graph.erase_node(bn)\n", "        graph.erase_node(bn)\n        break\n",
            caught_at=1, caught_by="two_pairs"),
     Mutant("output_spec_not_renamed", "    output_specs = [replace(s, arg=TensorArgument(out.name))",

@@ -47,13 +47,24 @@ def compare(run: Run) -> None:
                 torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL)
             except AssertionError as exc:
                 detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-                run.fail(f"on {where(run)} the graph after reinplace gives another {what} than eager: {detail}")
+                run.fail(f"on {where(run)} the graph after reinplace gives another {what} than eager: {detail}",
+                         _unwritten_input_hint(inputs, graph_in, eager_in) if what != "output" else None)
         extra = functionalized.aliased_inputs(got, graph_in) - functionalized.aliased_inputs(want, eager_in)
         if extra:
             o, i = sorted(extra)[0]
             run.fail(f"on {where(run)} output {o} of the graph after reinplace shares storage with input {i}; eager's "
                      f"output {o} does not: the caller would hold its own input as a result, and a write into one "
                      "would change the other.")
+
+
+def _unwritten_input_hint(inputs: tuple, graph_in: tuple, eager_in: tuple) -> str | None:
+    """Rule 5's hint where an input that eager leaves as it was comes back changed; None (the case's) otherwise."""
+    for i, (x, g, w) in enumerate(zip(inputs, graph_in, eager_in)):
+        if isinstance(x, torch.Tensor) and torch.equal(w, x) and not torch.equal(g, x):
+            return (f"the program never writes input {i}: with no copy_ epilogue writing a result back into it, it "
+                    "must come back as it was. Write an input in place only where its copy_ overwrites it anyway "
+                    "(the README's rule 5).")
+    return None
 
 
 def why_fresh(gm: fx.GraphModule, names: list[str]) -> list[str]:

@@ -138,8 +138,9 @@ EXACT_CASES = {
     "select_scatter_round_trip": case(select_scatter_round_trip, [(4, W)], 1, "a[0].mul_(3) became select, mul and "
                                       "select_scatter: in place into the select, the scatter writes nothing new "
                                       "(torch.fx.passes.reinplace, _VIEW_INVERSE_MAP)."),
-    "symbolic_batch": case(symbolic_batch, [(None, W), (W,)], 4, "the batch is a size symbol: compare shapes "
-                           "without deciding their values (statically_known_true), so that no guard is added.",
+    "symbolic_batch": case(symbolic_batch, [(None, W), (W,)], 4, "self must have the result's shape (c + h "
+                           "broadcasts c up), and the batch is a size symbol: compare shapes without deciding their "
+                           "values (statically_known_true), so that no guard is added.",
                            symbolic=True, batches=(2, 5)),
 }
 

@@ -1,8 +1,10 @@
 """Grader for kata 13: hand-written attention in Inductor's post-grad ATen graph replaced by one
 scaled_dot_product_attention through torch._inductor.pattern_matcher. Models: models.py; mutants: mutants.py."""
+from dataclasses import replace
+
 import torch.fx as fx
 
-from graders.run import Kata, Pass, Run, aten
+from graders.run import ATOL, RTOL, Kata, Pass, Run, assert_same_outputs, aten
 
 from .models import BENCHMARK, EXACT_CASES, L1_CASES, hidden_case
 
@@ -46,10 +48,26 @@ def fused(run: Run) -> dict:
 
 
 FUSE = Pass("fuse_attention", returns=int, verdict=fused, what="the rewritten graph")
+REPLACED_WRONG = ("as many blocks fused as may be, yet the outputs differ: a replacement must compute what its pattern "
+                  "does (scale=1.0 / inv_scale where the pattern divides, scale where it multiplies; attn_mask=mask "
+                  "where it adds a mask), and only genuine attention may match, never a look-alike in its place.")
 
-KATA.cases(1, L1_CASES, FUSE)
-KATA.cases(2, EXACT_CASES, FUSE)
+
+def compare(run: Run) -> None:
+    """After `fused` passed, the count is right: outputs that differ come from what the matches were replaced by."""
+    rtol, atol = run.case.tolerance or (RTOL, ATOL)
+    assert_same_outputs(run.pristine, run.gm, run.input_sets(), what=run.label, hint=REPLACED_WRONG,
+                        graphs=(run.before, run.gm), rtol=rtol, atol=atol)
+
+
+def compared(cases: dict) -> dict:
+    """The cases, their outputs compared by `compare`."""
+    return {name: replace(case, compare=compare) for name, case in cases.items()}
+
+
+KATA.cases(1, compared(L1_CASES), FUSE)
+KATA.cases(2, compared(EXACT_CASES), FUSE)
 KATA.speed("attention_1x8x512x64_speedup", BENCHMARK, FUSE, what="the fused attention", verdict=True,
            hint="one scaled_dot_product_attention never writes the 512 x 512 score matrices the hand-written form "
                 "writes five times.")
-KATA.hidden(hidden_case, FUSE)
+KATA.hidden(lambda rng: replace(hidden_case(rng), compare=compare), FUSE)

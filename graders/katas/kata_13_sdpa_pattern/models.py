@@ -136,15 +136,18 @@ EXACT_CASES: dict[str, Case] = {
     "non_default_scale_mul": case([Spelling(scale_op="mul", scale=0.05)], SCALE, batch=STATIC),
     "additive_mask": case([Spelling(mask=True)], "softmax(scores + mask) is attention with attn_mask=mask: one more "
                           "pattern, with the mask as an input.", batch=STATIC),
-    "dynamic_sequence_length": case([Spelling(mask=True)], "the sequence length is a size symbol here: a pattern "
-                                    "traced with static sizes still matches.", dynamic_seq=True),
-    "two_blocks": case([Spelling(), Spelling(scale_op="mul")], "each block is one match: apply the pass once, it "
-                       "finds them all.", batch=STATIC),
+    "dynamic_sequence_length": case([Spelling(mask=True)], "the block adds a mask, and the sequence length is a "
+                                    "size symbol here: the masked pattern, traced with static sizes, still matches.",
+                                    dynamic_seq=True),
+    "two_blocks": case([Spelling(), Spelling(scale_op="mul")], "the first block divides, the second multiplies: "
+                       "one pattern each, and each block is one match: apply the pass once, it finds them all.",
+                       batch=STATIC),
     "batch_of_one": case([Spelling()], "with a static batch of 1 the graph has no symbolic batch.", batch=1),
     "every_spelling": case([Spelling(matmul="torch", transpose="mT", softmax="module"),
                             Spelling(matmul="method", transpose="positive", softmax="functional", scale_op="mul"),
                             Spelling(softmax="method", mask=True)],
-                           "torch.matmul, .mT, nn.Softmax or F.softmax all trace to the same ATen ops.", dynamic_seq=True),
+                           "torch.matmul, .mT, nn.Softmax or F.softmax all trace to the same ATen ops: the "
+                           "blocks divide, multiply, and divide and add a mask.", dynamic_seq=True),
     # Must not be replaced.
     "softmax_over_queries": case([Spelling(softmax_dim=-2)], "a softmax over dim -2 is not attention over the keys: "
                                  "register_replacement rechecks a match by tracing the pattern again on its inputs.",

@@ -1,0 +1,34 @@
+"""A check's hint names the bug of the pass that fails it. A case is built for one bug and its hint names that one,
+but a pass with another bug can fail the same check, and every failing check's message is shown: where the grader
+can tell the causes apart (what it observed), the message must name the pass's own. Each row: a kata's mutant
+(graders/katas/kata_NN_*/mutants.py), a check it fails, words its message must hold. Kata 10's rows are in
+tests/test_kata_10_verify_harness.py (its hints follow the report's wrong keys)."""
+import pytest
+
+from graders.dev.mutation import kata_mutants, write_mutant_tree
+from graders.frame.catalogue import load_grader
+from graders.run.session import GradingSession
+
+pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
+
+ROWS = [
+    # Kata 11: two pairs that share one name for their new parameters, against two pairs of which one never folds.
+    ("11_export_conv_bn", "one_name_for_every_pair", "two_pairs", "input specs name the state dict entry"),
+    ("11_export_conv_bn", "folds_only_the_first_pair", "two_pairs", "look for pairs in the whole graph"),
+    # Kata 12: an input the program never writes, written in place, fails every case with an input read later.
+    ("12_reinplace", "writes_inputs_without_epilogue", "dtype_change", "Hint: the program never writes input 0"),
+    ("12_reinplace", "ignores_shape", "symbolic_batch", "Hint: self must have the result's shape"),
+    # Kata 13: the right number of blocks fused, into a wrong replacement; a pattern missing for the second block.
+    ("13_sdpa_pattern", "mul_replacement_inverts_scale", "two_blocks", "a replacement must compute what its pattern does"),
+    ("13_sdpa_pattern", "mask_dropped_in_replacement", "additive_mask", "attn_mask=mask where it adds a mask"),
+    ("13_sdpa_pattern", "division_pattern_only", "two_blocks", "Hint: the first block divides, the second multiplies"),
+]
+
+
+@pytest.mark.parametrize("kata, mutant, check, words", [pytest.param(*row, id=f"{row[0]}-{row[1]}-{row[2]}")
+                                                        for row in ROWS])
+def test_the_hint_names_the_failing_pass_s_own_bug(tmp_path, kata, mutant, check, words):
+    [wrong] = [m for m in kata_mutants(kata).MUTANTS if m.name == mutant]
+    [graded] = [c for c in load_grader(kata).checks if c.name == check]
+    result = GradingSession(write_mutant_tree(tmp_path, kata, wrong), seed=0).run(graded)
+    assert not result.passed and words in result.message, result.message
