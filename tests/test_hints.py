@@ -12,6 +12,16 @@ from graders.run.session import GradingSession
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 
 ROWS = [
+    # Kata 02: a ReLU run in place outside the fused form changes a model with nothing to fuse; a pattern whose product
+    # is a placeholder binds the bias as the product in b + x @ w.
+    ("02_matmul_bias_relu", "relu_in_place_wherever_it_stands", "bias_cast_in_forward",
+     "Hint: no matmul + bias + ReLU site was fused here, yet the graph changed"),
+    ("02_matmul_bias_relu", "matches_only_the_epilogue", "commuted_bias", "Keep the matmul inside the pattern"),
+    # Kata 03: a folded conv installed by setattr under a dotted name; a BN left where every pair folds.
+    ("03_conv_bn", "setattr_with_a_dotted_path", "stride_dilation_padding", "gm.set_submodule(conv_node.target, fused)"),
+    ("03_conv_bn", "folds_only_the_first_pair", "float64_model", "pair in this model is safe to fold"),
+    # Kata 04: a pass that erases nothing reads what to erase, not only in which order.
+    ("04_dce", "no_op", "dead_chain", "erase it (gm.graph.erase_node) and count it"),
     # Kata 11: two pairs that share one name for their new parameters, against two pairs of which one never folds.
     ("11_export_conv_bn", "one_name_for_every_pair", "two_pairs", "input specs name the state dict entry"),
     ("11_export_conv_bn", "folds_only_the_first_pair", "two_pairs", "look for pairs in the whole graph"),

@@ -25,13 +25,37 @@ def unfused_sites(gm: fx.GraphModule) -> list[fx.Node]:
             and any(call(a) in MATMUL_TARGETS for a in n.args[0].args)]
 
 
+CHANGED_BESIDES_THE_SITES = (
+    "no matmul + bias + ReLU site was fused here, yet the graph changed: a rewrite besides the whole site's touched "
+    "it (a ReLU run in place on its own, say). Run the ReLU in the sum's buffer only inside the fused form, whose "
+    "match guarantees nobody else reads the sum; a correct pass leaves this model exactly as it is.")
+PRODUCT_AS_PLACEHOLDER = (
+    "a pattern whose product is a placeholder matches any add, p + b and b + p alike, binding p to whichever operand "
+    "comes first (the bias, in b + x @ w), and the matcher no longer checks who else reads p. Keep the matmul inside "
+    "the pattern.")
+
+
+def stray_adds(gm: fx.GraphModule) -> list[fx.Node]:
+    """In-place adds (add_) that write into something other than a matmul product."""
+    return [n for n in gm.graph.nodes if n.op == "call_method" and n.target == "add_" and not (
+        isinstance(n.args[0], fx.Node) and n.args[0].op in ("call_function", "call_method")
+        and n.args[0].target in MATMUL_TARGETS)]
+
+
 def rewritten(run: Run) -> dict:
     """As many sites gone from the caller's gm as the case expects (a blocked model untouched), and the
     returned count equal to the sites that really disappeared."""
     sites_before, left = len(unfused_sites(run.before)), unfused_sites(run.gm)
     signature = lambda gm: [(n.op, str(n.target), str(n.args), str(n.kwargs)) for n in gm.graph.nodes]  # noqa: E731
     if run.case.expect == 0 and signature(run.gm) != signature(run.before):
-        run.fail("fuse_matmul_bias_relu changed a graph it must leave alone.")
+        untouched = sites_before and len(left) == sites_before  # no site fused: the change is another rewrite's
+        run.fail("fuse_matmul_bias_relu changed a graph it must leave alone.",
+                 CHANGED_BESIDES_THE_SITES if untouched else None)
+    own, stray = stray_adds(run.before), stray_adds(run.gm)
+    if len(stray) > len(own):  # more than the model had of its own
+        node = next((n for n in stray if n.name not in {m.name for m in own}), stray[0])
+        run.fail(f"after fuse_matmul_bias_relu, the in-place add {node.name} writes into {node.args[0]}, which is not "
+                 "a matmul product.", PRODUCT_AS_PLACEHOLDER)
     if run.case.expect is not None and len(left) != sites_before - run.case.expect:
         run.fail(f"after fuse_matmul_bias_relu, the graph it was given still has {len(left)} unfused "
                  f"matmul + bias + ReLU site(s) (ReLU nodes: {', '.join(n.name for n in left) or 'none'}); "

@@ -101,7 +101,7 @@ def case(build, in_shape: tuple, rewrites: int | None, hint: str, dtype=torch.fl
 SPELLING_CASES = {
     "torch_matmul_spelling": ("torch.matmul", "p + b", "F.relu", "torch.matmul(x, w) is not x @ w (operator.matmul)"),
     "mm_and_torch_add": ("torch.mm", "torch.add(p, b)", "torch.relu",
-                         "torch.add(torch.mm(x, w), b) shares no target with x @ w + b"),
+                         "torch.relu(torch.add(torch.mm(x, w), b)) shares no target with F.relu(x @ w + b)"),
     "commuted_bias": ("@", "b + p", "F.relu", "b + x @ w puts the product second: the matcher knows no commutativity"),
     "commuted_torch_add": ("torch.matmul", "torch.add(b, p)", ".relu()",
                            "torch.add(b, torch.matmul(x, w)).relu() is commuted, and .relu() is a call_method node"),
@@ -119,8 +119,9 @@ EXACT_CASES: dict[str, Case] = {
     "batched_3d_input": case(spelled(), (5, 12), 2, "x is (batch, tokens, features): torch.addmm multiplies "
                                                     "2-D matrices only; torch.matmul handles any batch dimensions."),
     "batched_weights": case(lambda: Block(random_weight(3, 12, 8), random_bias(8), ("torch.matmul", "p + b",
-                            "torch.relu")), (4, 12), 1, "x @ w with a 3-D weight (a stack of weights, one per batch "
-                            "element) is a batched matmul: flattening x to 2-D for addmm does not compute it."),
+                            "torch.relu")), (4, 12), 1, "the site is torch.relu(torch.matmul(x, w) + b), a spelling "
+                            "of its own, with a 3-D weight (a stack of weights, one per batch element): a batched "
+                            "matmul, which flattening x to 2-D for addmm does not compute."),
     "scalar_bias": case(spelled(bias=0.5), (12,), 2, "a pattern's placeholder matches a literal too: here b is the "
                                                      "float 0.5."),
     "mixed_spellings": case(lambda: net(block(12, 16, ("@", "b + p", "torch.relu")),
@@ -129,7 +130,8 @@ EXACT_CASES: dict[str, Case] = {
                                         block(8, 8)), (12,), 4,
                             "four sites in four spellings: every one is rewritten, and the count says 4."),
     "float64": case(lambda: net(block(12, 16), block(16, 8, ("@", "b + p", "F.relu"))).double(), (12,), 2,
-                    "the fused form must keep the model's dtype.", torch.float64),
+                    "the sites are F.relu(x @ w + b) and F.relu(b + x @ w) (the commuted add a pattern of its own), "
+                    "in float64: the fused form must keep the model's dtype.", torch.float64),
     **{f"blocked_{kind}": case(spelled(kind=kind), (12,), 0, f"{why} A correct pass leaves this model exactly as "
                                "it is.") for kind, why in BLOCKED_KINDS.items()},
     # The in-place epilogue is exact only where the sum keeps the product's shape and dtype; a filter on the
@@ -156,7 +158,8 @@ EXACT_CASES: dict[str, Case] = {
         lambda: net(Block(random_weight(12, 16), torch.tensor(0.25, dtype=torch.float64)),
                     Block(random_weight(16, 8), nn.Parameter(torch.tensor(2), requires_grad=False))), (12,), 2,
         "a 0-dim tensor does not promote a tensor of its own category: float32 + a 0-dim float64 (or int64) tensor "
-        "is float32. Ask torch.result_type(p, b), not b.dtype == p.dtype."),
+        "is float32, so both sites fuse. Ask torch.result_type(p, b), not b.dtype == p.dtype, and fuse into a form "
+        "that takes such a bias (p.add_(b) does; torch.addmm wants a bias of its operands' dtype)."),
     "float_literal_on_an_integer_product": Case(
         lambda: Block(nn.Parameter(torch.randint(-3, 4, (12, 8)), requires_grad=False), 0.5),
         lambda batch: (torch.randint(-3, 4, (batch, 12)),), 0,
@@ -164,12 +167,14 @@ EXACT_CASES: dict[str, Case] = {
         "tensor): p.add_(0.5) raises. A literal bias needs the dtype check too.", compare=outputs_match,
         cpu_only="CUDA has no integer matrix product (addmm_cuda is not implemented for int64)"),
     "mm_with_a_literal_bias": case(spelled("torch.mm", "torch.add(p, b)", "torch.relu", bias=0.5), (12,), 2,
-                                   "b is the Python number 0.5 here, which torch.add accepts and torch.addmm "
-                                   "refuses (its bias must be a tensor)."),
+                                   "the sites are torch.relu(torch.add(torch.mm(x, w), 0.5)), a spelling of "
+                                   "their own, and b is the Python number 0.5, which torch.add accepts and "
+                                   "torch.addmm refuses (its bias must be a tensor)."),
     "operands_shared_by_two_sites": case(
         lambda: net(block(12, 8, kind="shared_operands"), block(8, 8, ("torch.matmul", "torch.add(b, p)", ".relu()"),
                                                                     kind="shared_operands")), (12,), 4,
-        "x, w and b are each read by two sites here; only the product and the sum must have no other user "
+        "x, w and b are each read by two sites here, spelled F.relu(x @ w + b) and torch.add(b, torch.matmul(x, w))"
+        ".relu() (each spelling a pattern of its own); only the product and the sum must have no other user "
         "(the matcher checks that); the pattern's inputs may have any number."),
     "bias_is_the_input": case(lambda: net(*(block(12, 12, kind="bias_is_the_input", bias=0.0) for _ in "hh")),
                               (12,), None, "in relu(h @ w + h) one node would fill two placeholders (x and b), "

@@ -19,7 +19,7 @@ from graders.run import (
     call_module_nodes,
 )
 
-from .models import BENCHMARK, EXACT_CASES, SINGLE_PAIR, hidden_case
+from .models import BENCHMARK, EXACT_CASES, FOLD_ALL, PAIRING_HINTS, SINGLE_PAIR, hidden_case
 
 KATA = Kata("03_conv_bn")
 
@@ -40,8 +40,15 @@ def folded(run: Run) -> dict:
         assert_model_unchanged(run, UNCHANGED_HINT)
     bns = names(run.gm, nn.BatchNorm2d)
     if run.case.expect is not None and len(bns) not in run.case.expect:
+        foldable_left = run.case.expect == (0,) and bns and run.case.hint not in PAIRING_HINTS
         run.fail(f"after fuse_conv_bn, the graph calls {len(bns)} BatchNorm2d module(s) ({', '.join(bns) or 'none'}); "
-                 f"expected {' or '.join(map(str, run.case.expect))}.")
+                 f"expected {' or '.join(map(str, run.case.expect))}.",
+                 f"{FOLD_ALL[:-1]}, {', '.join(bns)} included." if foldable_left else None)
+    dotted = [name for name in run.gm._modules if "." in name]
+    if dotted:
+        run.fail(f"after fuse_conv_bn, the GraphModule has a child module named '{dotted[0]}', with a dot in its name: "
+                 "setattr(gm, 'a.b', m) registers a new attribute, which the graph's call_module node (it walks gm.a.b) "
+                 "never calls.", "install the folded conv with gm.set_submodule(conv_node.target, fused).")
     for conv_type in (nn.Conv2d, nn.ConvTranspose2d):
         if len(names(run.gm, conv_type)) != len(names(run.before, conv_type)):
             run.fail(f"after fuse_conv_bn, the graph calls {len(names(run.gm, conv_type))} {conv_type.__name__} "

@@ -67,7 +67,7 @@ def case(build, in_shape: tuple, bn_left: int | None, hint: str, **options) -> C
 FOLD_ALL = "every Conv2d -> BatchNorm2d pair in this model is safe to fold."
 SINGLE_PAIR = case(lambda: conv_bn(conv2d(3, 8), bn2d(8)), (3, 10), 0,
                    "replace the BN node's uses by the conv node, erase the BN node, and load the fused weights "
-                   "into the conv.")
+                   "into the conv (fuse_conv_bn_weights: the fold_weights checks test its formula on its own).")
 EXACT_CASES: dict[str, Case] = {
     "several_blocks_relu": case(lambda: nn.Sequential(*(conv_bn(conv2d(c, 8), bn2d(8), "relu") for c in (3, 8, 8))),
                                 (3, 12), 0, FOLD_ALL),
@@ -110,8 +110,9 @@ EXACT_CASES: dict[str, Case] = {
     "bn_shared_by_two_convs": case(
         lambda: Program(lambda m, x: m.bn(m.conv1(x)) + torch.sigmoid(m.bn(m.conv2(x))), conv1=conv2d(3, 4),
                         conv2=conv2d(3, 4, 5), bn=bn2d(4)), (3, 8), 0,
-        "one BN module after two convs: folding reads the BN and never changes it, so each conv takes it in; "
-        "what must not be shared is the conv (its weights are rewritten), not the BN."),
+        "one BN module after two convs that read the same x: folding reads the BN and the convs' input and changes "
+        "neither, so each conv takes the BN in; what must not be shared is the conv (its weights are rewritten) or "
+        "its output, not the BN nor the conv's input."),
     "bn_without_running_stats": case(lambda: conv_bn(conv2d(3, 4), bn2d(4, track_running_stats=False)), (3, 8), 1,
                                      "with track_running_stats=False a BN uses batch statistics even in eval mode."),
     "conv_output_used_twice": case(lambda: conv_bn(conv2d(4, 4), bn2d(4), "conv_output_used_twice"), (4, 8), 1,
@@ -126,6 +127,9 @@ EXACT_CASES: dict[str, Case] = {
         "a ConvTranspose2d keeps its output channels in dimension 1 of its weight (in, out / groups, kh, kw): "
         "the Conv2d formula scales the wrong dimension. Fold only a Conv2d, or scale dimension 1 per group."),
 }
+# Hints that already say which pairs fold; a case with another hint (layout, dtype, names) that leaves a foldable BN
+# gets FOLD_ALL instead (__init__.folded).
+PAIRING_HINTS = {FOLD_ALL, SINGLE_PAIR.hint, EXACT_CASES["bn_shared_by_two_convs"].hint}
 
 # The L3 benchmark: a small edge CNN, batch 1, where each op's fixed cost is a large share of its time,
 # so removing a third of the ops pays (README, "Where folding pays").

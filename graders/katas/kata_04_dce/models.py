@@ -89,8 +89,8 @@ def case(body: str, dead: int | tuple[int, ...] | range, hint: str, *, signature
 # ----------------------------------------------------------------------------------------------
 # L1: plain dead chains.
 
-CHAIN_HINT = ("a node is dead when nothing uses its result; erasing it can make its inputs dead in turn, "
-              "so visit every user before the node it uses.")
+CHAIN_HINT = ("a node is dead when nothing uses its result (no users): erase it (gm.graph.erase_node) and count it; "
+              "erasing it can make its inputs dead in turn, so visit every user before the node it uses.")
 PATTERN_CASES = {
     "dead_chain": case("""
         y = torch.tanh(x) * 3
