@@ -18,10 +18,26 @@ ROWS = [
      "Hint: no matmul + bias + ReLU site was fused here, yet the graph changed"),
     ("02_matmul_bias_relu", "matches_only_the_epilogue", "commuted_bias", "Keep the matmul inside the pattern"),
     # Kata 03: a folded conv installed by setattr under a dotted name; a BN left where every pair folds.
-    ("03_conv_bn", "setattr_with_a_dotted_path", "stride_dilation_padding", "gm.set_submodule(conv_node.target, fused)"),
+    ("03_conv_bn", "setattr_with_a_dotted_path", "stride_dilation_padding",
+     "gm.set_submodule(conv_node.target, fused)"),
     ("03_conv_bn", "folds_only_the_first_pair", "float64_model", "pair in this model is safe to fold"),
     # Kata 04: a pass that erases nothing reads what to erase, not only in which order.
     ("04_dce", "no_op", "dead_chain", "erase it (gm.graph.erase_node) and count it"),
+    # Kata 06: torch.fx's eliminate_dead_code after folding deletes the writes whose results nobody reads; several
+    # values stored under one name.
+    ("06_constant_folding", "cleans_up_with_eliminate_dead_code", "constant_written_in_place",
+     "a node that writes into a tensor in place"),
+    ("06_constant_folding", "one_name_for_every_stored_value", "nested_attribute_names",
+     "give each stored value a fresh name"),
+    # Kata 08: a finder that misses the Tensor-method spellings, one that takes a join's last input, and the fusion
+    # of chains a wrong finder found.
+    ("08_elementwise_chains", "misses_method_spellings", "find_branch_and_join",
+     "belong(s) to a chain but to none of yours"),
+    ("08_elementwise_chains", "picks_last_eligible_input", "find_join_first_input_started_later",
+     "comes first in its inputs"),
+    ("08_elementwise_chains", "links_non_elementwise_inputs", "fuse_basic", "your find_elementwise_chains returns"),
+    # Kata 09: a matcher of the cube as x ** 3 only, on a model whose cube is x * x * x.
+    ("09_gelu", "cube_only_as_pow", "commuted_everywhere", "the cube here is x * x * x"),
     # Kata 11: two pairs that share one name for their new parameters, against two pairs of which one never folds.
     ("11_export_conv_bn", "one_name_for_every_pair", "two_pairs", "input specs name the state dict entry"),
     ("11_export_conv_bn", "folds_only_the_first_pair", "two_pairs", "look for pairs in the whole graph"),
@@ -29,7 +45,8 @@ ROWS = [
     ("12_reinplace", "writes_inputs_without_epilogue", "dtype_change", "Hint: the program never writes input 0"),
     ("12_reinplace", "ignores_shape", "symbolic_batch", "Hint: self must have the result's shape"),
     # Kata 13: the right number of blocks fused, into a wrong replacement; a pattern missing for the second block.
-    ("13_sdpa_pattern", "mul_replacement_inverts_scale", "two_blocks", "a replacement must compute what its pattern does"),
+    ("13_sdpa_pattern", "mul_replacement_inverts_scale", "two_blocks",
+     "a replacement must compute what its pattern does"),
     ("13_sdpa_pattern", "mask_dropped_in_replacement", "additive_mask", "attn_mask=mask where it adds a mask"),
     ("13_sdpa_pattern", "division_pattern_only", "two_blocks", "Hint: the first block divides, the second multiplies"),
 ]

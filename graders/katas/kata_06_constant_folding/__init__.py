@@ -4,6 +4,7 @@ earlier, so every case compares bit for bit (Case(compare="bit_exact")): a toler
 differently, and the reseeded calls after the first show a frozen random draw or a frozen buffer."""
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from functools import reduce
 
@@ -18,6 +19,15 @@ KATA = Kata("06_constant_folding")
 
 def folded(run: Run) -> dict:
     """The count is what the graph lost and what a correct pass removes; the module's own tensors are intact."""
+    writes = lambda gm: Counter(n.target for n in gm.graph.nodes if writes_in_place(n, gm))
+    if lost := writes(run.before) - writes(run.gm):
+        gone = next(n.name for n in run.before.graph.nodes if n.target in lost and writes_in_place(n, run.before))
+        run.fail(f"fold_constants removed `{gone}`, a node that writes into a tensor in place: a write "
+                 "is never folded (running it at fold time writes the real tensor) and never erased, even when "
+                 "nothing reads its result (graph.eliminate_dead_code() deletes such nodes).",
+                 hint="a node writes in place when its name ends in `_` (add_, torch.sqrt_), it has an out= "
+                      "argument, or it calls a module built with inplace=True: leave it in the graph, and treat "
+                      "what it writes (through views too) as not constant.")
     modules = lambda gm: Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
     if lost := modules(run.before) - modules(run.gm):
         run.fail(f"fold_constants removed the call of module `{next(iter(lost))}` (a call_module node); call_module "
@@ -28,8 +38,10 @@ def folded(run: Run) -> dict:
     if shared := [(target, count) for target, count in readers.items() if count > 1]:
         target, count = shared[0]
         run.fail(f"fold_constants reads its stored value `{target}` with {count} get_attr nodes; expected one new "
-                 "get_attr node per stored value, read by all of the folded node's users "
-                 "(node.replace_all_uses_with(new_get_attr)).")
+                 "get_attr node per stored value, each value under a name of its own.",
+                 hint="read each folded value with one get_attr node that all of its users read "
+                      "(node.replace_all_uses_with(new_get_attr)), and give each stored value a fresh name: a second "
+                      "register_buffer under a name replaces the value stored there before.")
     calls = lambda gm: sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
     copies = [n for n in run.gm.graph.nodes if returned_copy(n, old_attributes)]
     removed = calls(run.before) - calls(run.gm) + len(copies)
@@ -44,7 +56,8 @@ def folded(run: Run) -> dict:
             run.fail(f"after fold_constants, the module's `{name}` is not what it was before the pass ({difference}): "
                      "a folded value was stored under a name the module already uses, or an in-place op ran at fold "
                      "time.", hint="a stored value needs a fresh name, one that no parameter, buffer, submodule or "
-                                   "other attribute of gm has (hasattr(gm, name)).")
+                                   "other attribute of gm has (hasattr(gm, name)); and a node that writes in place "
+                                   "(a name ending in `_`, an out= argument) must never run at fold time.")
     if run.result != run.case.expect:
         run.fail(f"fold_constants removed {run.result} call nodes from this model; a correct pass removes "
                  f"{run.case.expect}.")
@@ -60,6 +73,18 @@ def returned_copy(node, old_attributes: set[str]) -> bool:
     source = node.args[0] if is_clone and node.args else None
     return (getattr(source, "op", None) == "get_attr" and source.target not in old_attributes
             and all(user.op == "output" for user in node.users))
+
+
+def writes_in_place(node, gm) -> bool:
+    """Whether `node` writes into a tensor: a name ending in `_`, setitem, inplace=True, out=, or a call of a module
+    built with inplace=True (the README's rule; the reference's _written_by)."""
+    if node.op == "call_module":
+        return getattr(dict(gm.named_modules()).get(node.target), "inplace", False) is True
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return ((name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem
+            or node.kwargs.get("inplace") is True or node.kwargs.get("out") is not None)
 
 
 FOLD = Pass("fold_constants", returns=int, verdict=folded, what="the folded module")

@@ -3,6 +3,8 @@ mutants: mutants.py. Each model is graded twice: `find_<model>` compares the cha
 the expected ones (nothing is run), `fuse_<model>` grades the fusion of those chains."""
 from __future__ import annotations
 
+import copy
+import operator
 from dataclasses import replace
 
 import torch
@@ -42,8 +44,45 @@ def found(run: Run) -> dict:
     got, want = [[n.name for n in chain] for chain in chains], run.case.expect
     if got != want:
         raise CheckFailed(f"find_elementwise_chains on {where(run)} returned {got}; expected {want} (node names, "
-                          f"chains in graph order). Hint: {run.case.extra.get('find_hint', run.case.hint)}\n\nThe graph:\n{graph_table(run.before)}")
+                          f"chains in graph order). Hint: {find_hint(run, chains, want)}\n\nThe graph:\n"
+                          f"{graph_table(run.before)}")
     return {"chains": len(want)}
+
+
+def find_hint(run: Run, chains: list, want: list[list[str]]) -> str:
+    """The hint for chains that differ from `want`: what the difference itself shows where it shows one (order, a
+    lone node, a shared interior node, nodes left out, another input taken at a join), else the case's."""
+    got, nodes = [[n.name for n in chain] for chain in chains], {n.name: n for n in run.traced.graph.nodes}
+    found_names = {name for chain in got for name in chain}
+    missing = [nodes[name] for chain in want for name in chain if name not in found_names]
+    shared = [n for chain in chains for n in chain[:-1] if len(n.users) != 1]
+    before = {b: a for chain in want for a, b in zip(chain, chain[1:])}
+    taken = [(a, b) for chain in got for a, b in zip(chain, chain[1:]) if before.get(b, a) != a]
+    if sorted(got) == sorted(want):
+        return "these are the expected chains in another order: list them in graph order (each by its first node)."
+    if any(len(chain) < 2 for chain in got):
+        return "a chain holds at least two nodes: an elementwise node that links to no other is no chain."
+    if shared:
+        return (f"{shared[0].name} is inside a chain but has {len(shared[0].users)} users: an interior node must have "
+                "exactly one user, the next node of the chain (the output node counts as a user).")
+    if missing:
+        return (f"{', '.join(n.name for n in missing)} belong(s) to a chain but to none of yours, spelled here "
+                f"{', '.join(sorted({spelling(run.traced, n) for n in missing}))}: the README's table lists every "
+                "spelling that counts (operator, torch function, Tensor method, nn module).")
+    if taken:
+        a, b = taken[0]
+        return (f"{b} continues {a}'s chain, but {before[b]} comes first in its inputs: where two inputs could "
+                "continue a chain, the first one in node.all_input_nodes does.")
+    return run.case.extra.get("find_hint", run.case.hint)
+
+
+def spelling(gm: fx.GraphModule, node: fx.Node) -> str:
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        return f"nn.{type(gm.get_submodule(node.target)).__name__}"
+    name = getattr(node.target, "__name__", str(node.target))
+    return f"{'operator' if getattr(operator, name, None) is node.target else 'torch'}.{name}"
 
 
 def fused(run: Run) -> dict:
@@ -54,9 +93,15 @@ def fused(run: Run) -> dict:
     left, nodes = elementwise_count(run.gm), len(run.gm.graph.nodes)
     want_left, want_nodes = elementwise_count(run.before) - members, len(run.before.graph.nodes) - members + len(chains)
     if (left, nodes) != (want_left, want_nodes):
+        try:  # the learner's own chains, where they are not these: the finder's fault, not the fusion's
+            theirs = [[n.name for n in c] for c in run.ctx.call("find_elementwise_chains", copy.deepcopy(run.before))]
+        except Exception:
+            theirs = chains
         run.fail(f"after fuse_elementwise_chains on {where(run)}, the graph has {left} elementwise node(s) and {nodes} "
                  f"node(s) in all; expected {want_left} and {want_nodes}: each of the chains {chains} becomes exactly "
-                 "one node, and nothing else changes.")
+                 "one node, and nothing else changes.",
+                 None if theirs == chains else f"your find_elementwise_chains returns {theirs} here: fix the finder "
+                 f"first (check find_{run.ctx.check.name.removeprefix('fuse_')} says how), then fuse what it returns.")
     if run.result != len(chains):
         run.fail(f"fuse_elementwise_chains on {where(run)} returned {run.result!r}; expected {len(chains)}: the "
                  f"graph shows the {len(chains)} chain(s) {chains} fused, one node each.",

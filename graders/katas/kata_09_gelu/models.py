@@ -143,19 +143,21 @@ EXACT_CASES: dict[str, Case] = {
     "constant_rounded_literal": gelu_case(1, "0.7978845608 " + CONSTANT.format("rounded"), scale=SCALES[1]),
     "constant_float32_value": gelu_case(1, "0.7978845834732056 " + CONSTANT.format("in float32"), scale=SCALES[2]),
     "commuted_everywhere": gelu_case(1, "a * b and b * a (and a + b, b + a) are the same: try both operand orders "
-                                        "at every level.", product="P(XH)", one_first=False, scale_first=False,
-                                     linear_first=False, k_first=False, cube="x_x_x"),
+                                        "at every level (and the cube here is x * x * x).", product="P(XH)",
+                                     one_first=False, scale_first=False, linear_first=False, k_first=False,
+                                     cube="x_x_x"),
     "half_applied_last": gelu_case(1, f"x * (1 + t) * 0.5 {GROUPED}", product="(XP)H"),
-    "half_times_tanh_part": gelu_case(1, f"x * (0.5 * (1 + t)) {GROUPED}", product="X(HP)", tanh="method",
-                                      cube="pow_operator"),
+    "half_times_tanh_part": gelu_case(1, f"x * (0.5 * (1 + t)) {GROUPED} Here the tanh is x.tanh() and the cube "
+                                         "x ** 3.", product="X(HP)", tanh="method", cube="pow_operator"),
     "gelu_input_used_elsewhere": case(lambda: nn.Sequential(linear(24, 24, 1.5), HandGelu(Spelling(leak="x"))), 1,
                                       "x itself may have other users: only the nodes between x and the result must "
                                       "be used nowhere else.", (24,)),
     "gelu_input_is_a_product": gelu_case(1, "x may itself be a mul node: do not flatten the product past the three "
-                                            "factors 0.5, x and (1 + tanh(...)).", 2, product="H(XP)", cube="x_x_x",
-                                         x_is_a_product=True),
+                                            "factors 0.5, x and (1 + tanh(...)); the cube here is x * x * x.", 2,
+                                         product="H(XP)", cube="x_x_x", x_is_a_product=True),
     "chained_gelus": case(lambda: nn.Sequential(HandGelu(Spelling(cube="x_x_x")), HandGelu(Spelling(tanh="method"))),
-                          2, "gelu(gelu(x)): after the first replacement, the second GELU's x is the new node."),
+                          2, "gelu(gelu(x)): after the first replacement, the second GELU's x is the new node. The "
+                          "first GELU cubes x as x * x * x, the second calls x.tanh()."),
     "transformer_mlp": case(lambda: transformer([Spelling(), Spelling(cube="x_x_x", tanh="module"),
                                                  Spelling(product="P(HX)", scale=SCALES[1])]), 3,
                             "every MLP block holds one tanh-GELU: replace all three.", (5, 32)),
