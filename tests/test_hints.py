@@ -12,6 +12,13 @@ from graders.run.session import GradingSession
 pytestmark = pytest.mark.locks_per_check  # grades in process: tests/conftest.py
 
 ROWS = [
+    # Kata 01: a pass that fused some pairs and missed others reads the pairs it left, in their spellings, not the
+    # case's hint about its own trap; a forward that writes into an out= tensor cannot be differentiated.
+    ("01_linear_relu", "misses_functional_relu", "nested_dotted_names",
+     "left these ReLUs reading a Linear: relu (call_function F.relu) after encoder.blocks.1.fc"),
+    ("01_linear_relu", "leaves_inplace_relu_modules", "trains_like_the_original",
+     "act2 (call_module act2: ReLU(inplace=True)) after fc2"),
+    ("01_linear_relu", "output_in_the_default_dtype", "trains_like_the_original", "or write into an out= tensor"),
     # Kata 02: a ReLU run in place outside the fused form changes a model with nothing to fuse; a pattern whose product
     # is a placeholder binds the bias as the product in b + x @ w.
     ("02_matmul_bias_relu", "relu_in_place_wherever_it_stands", "bias_cast_in_forward",

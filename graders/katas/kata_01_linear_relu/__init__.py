@@ -69,6 +69,24 @@ TRACEABLE = ("in a competition the worker traces your FusedLinearReLU with torch
              "F.linear(x, weight, bias) handles every rank, with or without a bias.")
 
 
+def pairs_left(gm: fx.GraphModule, kinds: dict[str, list[fx.Node]]) -> str:
+    """Where a pass fused some pairs and not others, the ReLUs still reading a Linear, each with its spelling, for the
+    hint: which spellings or places the pass missed shows there (empty where none is left)."""
+    linears = {node for node in kinds["linear"] if len(node.users) == 1}  # read by the ReLU alone: a pair
+    left = [(node, node.args[0]) for node in kinds["relu"] if node.args and node.args[0] in linears]
+
+    def spelling(node: fx.Node) -> str:
+        if node.op == "call_module":
+            return f"call_module {node.target}: {gm.get_submodule(node.target)!r}"
+        names = {torch.relu: "torch.relu", torch.relu_: "torch.relu_", F.relu: "F.relu"}
+        target = node.target if node.op == "call_method" else names.get(node.target, str(node.target))
+        return f"{node.op} {target}" + (", inplace=True" if node.kwargs.get("inplace") else "")
+
+    spelled = [f"{node.name} ({spelling(node)}) after {linear.target}" for node, linear in left]
+    return ("the pass fused some pairs and left these ReLUs reading a Linear: " + "; ".join(spelled) +
+            ". Every one of them is a pair here: look at their op, target and arguments in print_tabular().") if left else ""
+
+
 def fused_as_expected(run: Run) -> dict:
     fused_class = fused_type(run.ctx)
     assert_sendable(run.ctx, FUSE.function, run.gm, TRACEABLE)  # as a competition's worker does
@@ -78,6 +96,8 @@ def fused_as_expected(run: Run) -> dict:
         expected = len(before[kind]) + change * run.case.expect
         if len(after[kind]) != expected:
             names = ", ".join(n.target if n.op == "call_module" else n.name for n in after[kind]) or "none"
+            if kind == "fused" and 0 < len(after[kind]) < expected:  # some pairs fused: the case's hint may not be why
+                hint = pairs_left(run.gm, after) or hint
             run.fail(f"after fuse_linear_relu, the graph runs {len(after[kind])} {what} ({names}); expected "
                      f"{expected}.", hint)
     if parameter_count(run.gm) != parameter_count(run.before):
@@ -131,7 +151,8 @@ def trains_like_the_original(ctx: Context):
         run.gm(got_x).square().sum().backward()
     except RuntimeError as exc:
         run.fail(f"backward through the fused training-mode model raised: {exc}.", "the fused module must stay "
-                 "differentiable; do not detach or use torch.no_grad in forward.", graphs=False)
+                 "differentiable: do not detach, use torch.no_grad or write into an out= tensor in forward "
+                 "(F.linear(x, weight, bias) is all it needs).", graphs=False)
     missing = [name for name, p in run.gm.named_parameters() if p.grad is None]
     if missing or got_x.grad is None:
         run.fail(f"after backward through the fused training-mode model, no gradient reached "
