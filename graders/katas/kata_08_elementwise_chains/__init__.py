@@ -65,10 +65,11 @@ def find_hint(run: Run, chains: list, want: list[list[str]]) -> str:
     if shared:
         return (f"{shared[0].name} is inside a chain but has {len(shared[0].users)} users: an interior node must have "
                 "exactly one user, the next node of the chain (the output node counts as a user).")
-    if missing:
+    if missing:  # then the case's own finder hint, where it has one (what its spellings are)
         return (f"{', '.join(n.name for n in missing)} belong(s) to a chain but to none of yours, spelled here "
                 f"{', '.join(sorted({spelling(run.traced, n) for n in missing}))}: the README's table lists every "
-                "spelling that counts (operator, torch function, Tensor method, nn module).")
+                "spelling that counts (operator, torch function, Tensor method, nn module)."
+                + (f" {run.case.extra['find_hint']}" if "find_hint" in run.case.extra else ""))
     if taken:
         a, b = taken[0]
         return (f"{b} continues {a}'s chain, but {before[b]} comes first in its inputs: where two inputs could "
