@@ -42,6 +42,8 @@ ROWS = [
     ("08_elementwise_chains", "picks_last_eligible_input", "find_join_first_input_started_later",
      "comes first in its inputs"),
     ("08_elementwise_chains", "links_non_elementwise_inputs", "fuse_basic", "your find_elementwise_chains returns"),
+    # A fused chain that computes into the tensor it was handed (the caller's input, read again by another node).
+    ("08_elementwise_chains", "writes_into_its_input", "fuse_branch_and_join", "a tensor it was handed"),
     # Kata 09: a matcher of the cube as x ** 3 only, on a model whose cube is x * x * x.
     ("09_gelu", "cube_only_as_pow", "commuted_everywhere", "the cube here is x * x * x"),
     # Kata 10: a case is built for one blind spot; a verifier with another bug fails it on other keys, and the keys it
