@@ -9,6 +9,7 @@ from collections import Counter
 from functools import reduce
 
 import torch
+import torch.fx as fx
 
 from graders.run import Kata, Pass, Run, assert_bit_identical, describe_difference, describe_exception
 
@@ -19,9 +20,9 @@ KATA = Kata("06_constant_folding")
 
 def folded(run: Run) -> dict:
     """The count is what the graph lost and what a correct pass removes; the module's own tensors are intact."""
-    writes = lambda gm: Counter(n.target for n in gm.graph.nodes if writes_in_place(n, gm))
-    if lost := writes(run.before) - writes(run.gm):
-        gone = next(n.name for n in run.before.graph.nodes if n.target in lost and writes_in_place(n, run.before))
+    written_before = writes_in_place(run.before)
+    if lost := Counter(n.target for n in written_before) - Counter(n.target for n in writes_in_place(run.gm)):
+        gone = next(n.name for n in written_before if n.target in lost)
         run.fail(f"fold_constants removed `{gone}`, a node that writes into a tensor in place: a write "
                  "is never folded (running it at fold time writes the real tensor) and never erased, even when "
                  "nothing reads its result (graph.eliminate_dead_code() deletes such nodes).",
@@ -75,16 +76,21 @@ def returned_copy(node, old_attributes: set[str]) -> bool:
             and all(user.op == "output" for user in node.users))
 
 
-def writes_in_place(node, gm) -> bool:
-    """Whether `node` writes into a tensor: a name ending in `_`, setitem, inplace=True, out=, or a call of a module
-    built with inplace=True (the README's rule; the reference's _written_by)."""
-    if node.op == "call_module":
-        return getattr(dict(gm.named_modules()).get(node.target), "inplace", False) is True
-    if node.op not in ("call_function", "call_method"):
-        return False
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    return ((name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem
-            or node.kwargs.get("inplace") is True or node.kwargs.get("out") is not None)
+def writes_in_place(gm: fx.GraphModule) -> list[fx.Node]:
+    """The nodes of `gm` that write into a tensor: a name ending in `_`, setitem, inplace=True, out=, or a call of a
+    module built with inplace=True (the README's rule; the reference's _written_by)."""
+    modules = dict(gm.named_modules())
+
+    def writes(node: fx.Node) -> bool:
+        if node.op == "call_module":
+            return getattr(modules.get(node.target), "inplace", False) is True
+        if node.op not in ("call_function", "call_method"):
+            return False
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        return ((name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem
+                or node.kwargs.get("inplace") is True or node.kwargs.get("out") is not None)
+
+    return [node for node in gm.graph.nodes if writes(node)]
 
 
 FOLD = Pass("fold_constants", returns=int, verdict=folded, what="the folded module")
