@@ -23,10 +23,13 @@ ROWS = [
     ("02_matmul_bias_relu", "relu_in_place_wherever_it_stands", "bias_cast_in_forward",
      "Hint: no matmul + bias + ReLU site was fused here, yet the graph changed"),
     ("02_matmul_bias_relu", "matches_only_the_epilogue", "commuted_bias", "Keep the matmul inside the pattern"),
-    # Kata 03: a folded conv installed by setattr under a dotted name; a BN left where every pair folds.
+    # Kata 03: a folded conv installed by setattr under a dotted name; a BN left where every pair folds;
     ("03_conv_bn", "setattr_with_a_dotted_path", "stride_dilation_padding",
      "gm.set_submodule(conv_node.target, fused)"),
     ("03_conv_bn", "folds_only_the_first_pair", "float64_model", "pair in this model is safe to fold"),
+    # ... and a conv left without a bias after its BN was folded in, in a case built for another trap.
+    ("03_conv_bn", "bias_only_where_the_conv_had_one", "float64_model",
+     "bn1 was folded into conv1, which has no bias after the pass"),
     # Kata 04: a pass that erases nothing reads what to erase, not only in which order.
     ("04_dce", "no_op", "dead_chain", "erase it (gm.graph.erase_node) and count it"),
     # Kata 06: torch.fx's eliminate_dead_code after folding deletes the writes whose results nobody reads; several

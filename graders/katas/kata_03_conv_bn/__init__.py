@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import torch
 import torch.fx as fx
@@ -17,6 +18,7 @@ from graders.run import (
     assert_model_unchanged,
     assert_same_outputs,
     call_module_nodes,
+    harness,
 )
 
 from .models import BENCHMARK, EXACT_CASES, FOLD_ALL, PAIRING_HINTS, SINGLE_PAIR, hidden_case
@@ -58,6 +60,44 @@ def folded(run: Run) -> dict:
 
 
 FOLD = Pass("fuse_conv_bn", verdict=folded, what="the folded module")
+
+
+def shifts_lost(run: Run) -> list[tuple[str, str]]:
+    """(conv, BatchNorm) for each BatchNorm the pass folded away whose conv it left without a bias: the BN's
+    shift, (b - mean) * scale + beta, then has nowhere to go."""
+    kept = set(names(run.gm, nn.BatchNorm2d))
+    lost = []
+    for bn in call_module_nodes(run.before, nn.BatchNorm2d):
+        conv = bn.args[0] if bn.args else None
+        if bn.target in kept or not isinstance(conv, fx.Node) or conv.op != "call_module":
+            continue
+        try:
+            module = run.gm.get_submodule(conv.target)
+        except AttributeError:
+            continue
+        if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)) and module.bias is None:
+            lost.append((conv.target, bn.target))
+    return lost
+
+
+def compare_folded(run: Run) -> None:
+    """Outputs compared as every kata compares them; where they differ and a BatchNorm was folded into a conv the
+    pass left without a bias, that conv is named (the case's own hint is about another trap)."""
+    try:
+        harness.compare(replace(run, case=replace(run.case, compare="allclose")))
+    except CheckFailed:
+        if lost := shifts_lost(run):
+            run.fail(f"the folded module does not compute what the original does: {lost[0][1]} was folded into "
+                     f"{lost[0][0]}, which has no bias after the pass, so the BatchNorm's shift is lost"
+                     + (f"; {len(lost) - 1} more folded pair(s) lost theirs too." if len(lost) > 1 else "."),
+                     "a conv without bias gets one when a BatchNorm is folded into it: b' = (0 - mean) * scale + "
+                     "beta (torch.nn.utils.fusion.fuse_conv_bn_weights does the same).")
+        raise
+
+
+def folding(case):
+    """A case of this kata, its outputs compared by `compare_folded`."""
+    return replace(case, compare=compare_folded)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,8 +155,8 @@ KATA.add(1, "fold_weights", lambda ctx: check_fold_weights(ctx, with_optional=Tr
 KATA.add(1, "fold_weights_optional_none", lambda ctx: check_fold_weights(ctx, with_optional=False))
 
 
-KATA.cases(1, {"single_pair": SINGLE_PAIR}, FOLD)
-KATA.cases(2, EXACT_CASES, FOLD)
+KATA.cases(1, {"single_pair": folding(SINGLE_PAIR)}, FOLD)
+KATA.cases(2, {name: folding(case) for name, case in EXACT_CASES.items()}, FOLD)
 
 
 @KATA.check(level=2)
@@ -129,4 +169,4 @@ def original_model_unchanged(ctx: Context):
 
 KATA.speed("small_cnn_speedup", BENCHMARK, FOLD, what="the folded small CNN",
            hint="every BatchNorm in this CNN follows a conv it can fold into: fold all eight.")
-KATA.hidden(hidden_case, FOLD)
+KATA.hidden(lambda rng: folding(hidden_case(rng)), FOLD)
