@@ -78,6 +78,13 @@ MUTANTS = [
     # Liveness read off the users' positional arguments: torch.add(x, other=a) leaves `a` without a use.
     Mutant("uses_in_positional_arguments_only", "if len(node.users) == 0 and",
            "if not any(node in user.args for user in gm.graph.nodes) and", caught_at=2, caught_by="uses_inside_kwargs"),
+    # "Touching the model's state is a side effect": a rule meant for self.calls.add_(1) (state_mutation) that
+    # keeps every op reading a parameter, though only writing it has an effect; self.weight * 2 stays, dead.
+    Mutant("keeps_ops_reading_parameters", "    return _mutates(node, modules) or _draws_random_numbers(node, modules)",
+           "    if any(arg.op == \"get_attr\" for arg in node.all_input_nodes):  # reads the model's state\n"
+           "        return True\n"
+           "    return _mutates(node, modules) or _draws_random_numbers(node, modules)",
+           caught_at=2, caught_by="unused_parameter"),
     Mutant("inplace_methods_from_a_list", "return node.target.endswith(\"_\") and not node.target.endswith(\"__\")",
            "return node.target in {\"add_\", \"mul_\", \"zero_\"}", caught_at=4),
 ]
