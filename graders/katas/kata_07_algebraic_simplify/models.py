@@ -178,8 +178,13 @@ L2_CASES = cases(
                                           offset=torch.zeros(3, 4, 5)), 0, None,
      "a parameter of ones with x's very shape is still state, not a literal: a get_attr never folds, whatever its "
      "shape or value."),
+    # A cube: on (3, 4, 5) every permutation but the identity changes the shape, and the shape check alone would
+    # refuse a pair that does not cancel, however the pass composed it.
     ("same_permute_twice", lambda x: (x.permute(1, 2, 0).permute(1, 2, 0), x.transpose(0, 1).transpose(1, 2)), 0,
-     None, "permute(1, 2, 0) twice is permute(2, 0, 1), not the identity: compose, don't compare."),
+     None, "permute(1, 2, 0) twice is permute(2, 0, 1), and transpose(0, 1) then transpose(1, 2) is permute(1, 2, 0): "
+           "neither is the identity, though on this 3x3x3 input both keep x's shape. Compose the two permutations "
+           "(a transpose undoes only a transpose of the same two dims); don't compare them.",
+     lambda batch: (floats(3, 3, 3),)),
     ("div_with_rounding_mode",
      lambda x: (torch.div(x, 1, rounding_mode="floor"), torch.div(x, 1, rounding_mode="trunc"), x // 1), 0, None,
      "torch.div(x, 1, rounding_mode='floor') is floor(x): a call with extra keyword arguments is another operation."),

@@ -95,7 +95,14 @@ MUTANTS = [
            "        if op_kind(node, modules) in ('permute', 'transpose', 't'):\n"
            "            inputs[0].replace_all_uses_with(replacement)\n"
            "        for input_node in inputs:\n", caught_at=2, caught_by="permute_pair_with_other_user"),
-    Mutant("same_permutation_twice_cancels", "all(p[q[i]] == i for i in range(rank))", "p == q", caught_at=2),
+    Mutant("same_permutation_twice_cancels", "all(p[q[i]] == i for i in range(rank))", "p == q", caught_at=2,
+           caught_by="same_permute_twice"),
+    # A transpose of a transpose taken for the original, as (A^T)^T = A for a matrix: right for t().t() and for
+    # transpose(1, 2) twice, wrong for transpose(0, 1).transpose(1, 2), a 3-cycle.
+    Mutant("transpose_of_transpose_is_identity", "    # Output dim i of `node` is dim q[i] of `inner`",
+           "    if {op_kind(node, modules), op_kind(inner, modules)} <= {\"transpose\", \"t\"}:\n"
+           "        return x  # (A^T)^T = A\n"
+           "    # Output dim i of `node` is dim q[i] of `inner`", caught_at=2, caught_by="same_permute_twice"),
     Mutant("negative_dims_not_normalised", "return [d % rank for d in dims]", "return list(dims)", caught_at=2),
     Mutant("ignores_rounding_mode", 'len(node.args) != 2 or node.kwargs:', 'len(node.args) != 2:',
            caught_at=2, caught_by="div_with_rounding_mode"),
