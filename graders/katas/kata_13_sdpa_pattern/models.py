@@ -153,7 +153,9 @@ EXACT_CASES: dict[str, Case] = {
                                  "register_replacement rechecks a match by tracing the pattern again on its inputs.",
                                  batch=STATIC),
     "weights_also_returned": case([Spelling(returns_weights=True)], "the attention weights are an output: a fused "
-                                  "SDPA never materialises them, so the match must be refused.",
+                                  "SDPA never materialises them, so the match must be refused: the softmax's output "
+                                  "has a user outside the pattern, which a pattern stating each node's user count "
+                                  "refuses (register_replacement's traced one does; _users=MULTIPLE accepts any).",
                                   batch=STATIC),
     "scale_in_a_tensor_parameter": case([Spelling(scale_param=True)], "here the scale is a tensor (a graph node), and "
                                         "SDPA's scale= takes a float: refuse the match in extra_check.",

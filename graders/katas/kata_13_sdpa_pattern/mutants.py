@@ -6,6 +6,10 @@ DIV_PATTERNS = ("    for search, replace, with_mask in [(attention_div, sdpa_div
                 "                                       (attention_div_mask, sdpa_div_mask, True),\n"
                 "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n")
 
+# The reference's registration of its four patterns, which the hand-written patterns below replace.
+REGISTERED = (DIV_PATTERNS + "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
+                             "                             extra_check=attention_extra_check)\n")
+
 MUTANTS = [
     NO_OP,
     Mutant("forgets_recompile", "    gm.graph.lint()\n    gm.recompile()\n", "    gm.graph.lint()\n", caught_at=1),
@@ -99,6 +103,21 @@ DSL_PATTERNS = (
     "        register_graph_pattern(matmul(softmax(scaled), KeywordArg(\"value\")), attention_extra_check,\n"
     "                               pass_dict=patterns)(handler)\n")
 
+# The same patterns with no user counted: told "multiple_users" where a node feeds two (the scaled scores: amax and
+# sub; exp: sum and div), the pass gives every node _users=MULTIPLE ("any number"). The softmax's output then matches
+# with users outside the pattern too: a block whose weights are also returned is fused, SDPA running beside the
+# softmax that the output still needs (Match.erase_nodes keeps a node with users): attention computed twice.
+USERS_NOT_COUNTED = (DSL_PATTERNS
+                     .replace("    from torch._inductor.pattern_matcher import CallFunction, Ignored, KeywordArg, "
+                              "register_graph_pattern\n\n",
+                              "    from torch._inductor import pattern_matcher as pm\n"
+                              "    from torch._inductor.pattern_matcher import Ignored, KeywordArg, register_graph_pattern\n"
+                              "    CallFunction = functools.partial(pm.CallFunction, _users=pm.MULTIPLE)  # any users\n\n")
+                     .replace(", _users=2)", ")").replace(", _users=1 if with_mask else 2)", ")"))
+assert USERS_NOT_COUNTED.count("_users") == 1, USERS_NOT_COUNTED
+MUTANTS.append(Mutant("users_not_counted", REGISTERED, USERS_NOT_COUNTED,
+                      caught_at=2, caught_by="weights_also_returned"))
+
 VARIANTS = [
     # Inductor's own attention patterns: fuse_attention.py's _sfdp_init registers what _get_sfdp_patterns yields with
     # gen_register_replacement (the pre-traced patterns of fx_passes/serialized_patterns); here its inference ones go
@@ -113,8 +132,5 @@ VARIANTS = [
             "        if name.endswith(\"_inference\"):\n"
             "            gen_register_replacement(name, **{**kwargs, \"pass_dicts\": patterns})\n"
             "    for search, replace, with_mask in [(attention_mul_mask, sdpa_mul_mask, True)]:\n"),
-    Variant("hand_written_dsl_patterns",
-            DIV_PATTERNS + "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
-                           "                             extra_check=attention_extra_check)\n",
-            DSL_PATTERNS),
+    Variant("hand_written_dsl_patterns", REGISTERED, DSL_PATTERNS),
 ]
