@@ -61,6 +61,12 @@ MUTANTS = [
            caught_at=2, caught_by="right_only_at_the_example_batch_size"),
     Mutant("draws_nonnegative_inputs", "torch.randn(batch, *t.shape[1:]", "torch.rand(batch, *t.shape[1:]",
            caught_at=2, caught_by="example_in_0_1_wrong_on_negatives"),
+    # A fuzzer: n_samples fresh tensors "like the example" (torch.rand_like: its shape, dtype, device), never the
+    # example itself. Each blind spot alone has its own case; together, no value it compares on is negative, so an
+    # abs(x) -> x is invisible even on a model whose example (torch.randn) holds negative values.
+    Mutant("fuzzes_with_rand_like", SAMPLES,
+           "    samples = [tuple(torch.rand_like(t) for t in example_inputs) for _ in range(n_samples)]\n",
+           caught_at=2, caught_by="wrong_only_on_negative_inputs"),
     Mutant("allclose_broadcasts_shapes",
            "            torch.testing.assert_close(got, want, atol=atol, rtol=rtol)\n    return True\n\n\ndef gradients(",
            "            if not all(torch.allclose(g, w, atol=atol, rtol=rtol) for g, w in zip(got, want)):\n"
