@@ -71,7 +71,7 @@ SINGLE_PAIR = case(lambda: blocks(3, 8), (3, 10), 0,
                    "fold the BN's running statistics, gamma and beta into new weight and bias parameters of the "
                    "convolution, point the users of the BN's getitem at the convolution, and return a new program.",
                    extra={"round_trip": True})
-TWO_PAIRS = case(lambda: blocks(3, 6, 8, bias=False), (3, 9), 0,
+TWO_PAIRS = case(lambda: blocks(3, 6, 8), (3, 9), 0,  # convs with a bias: one without is conv_without_bias's (L2)
                  "both pairs fold, each into new parameters of its own: look for pairs in the whole graph, not just "
                  "until the first fold, and give each new parameter a name of its own. Where single_pair fails too, "
                  "its failure is this one's: fix it first.")

@@ -90,6 +90,10 @@ MUTANTS = [
     Mutant("requires_gamma_and_beta",
            "    if any(t is None and (a is not None or i >= 2) for i, (a, t) in enumerate(zip(bn.args[1:5], tensors))):\n",
            "    if any(t is None for t in tensors):\n", caught_at=2, caught_by="bn_affine_false"),
+    # The same for the convolution: its bias must be a lifted tensor too, so a convolution without bias (args[2] None,
+    # the common Conv2d(..., bias=False) before a BN) is left unfolded.
+    Mutant("requires_a_conv_bias", "    if weight is None or (bias is not None and _tensor(ep, specs, bias) is None):\n",
+           "    if weight is None or _tensor(ep, specs, bias) is None:\n", caught_at=2, caught_by="conv_without_bias"),
     # "Grouped convolutions need a per-group scale": leaves them, though the scale is per output channel anyway.
     Mutant("leaves_grouped_convs", "    if conv.args[6]:  # transposed", "    if conv.args[6] or conv.args[8] != 1:  # transposed",
            caught_at=2, caught_by="grouped_dilated_strided"),
