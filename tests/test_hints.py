@@ -70,9 +70,11 @@ ROWS = [
      ("said gradient=False for", "both models under one cotangent")),
     ("10_verify_harness", "params_requires_equal_count", "conv_bn_fold",
      ("said params=False for", "Hint: the fold removes parameters")),
-    # Kata 11: two pairs that share one name for their new parameters, against two pairs of which one never folds.
+    # Kata 11: two pairs that share one name for their new parameters, against two pairs of which one never folds; a
+    # BN left after a conv without bias, in a case built for the dynamic batch.
     ("11_export_conv_bn", "one_name_for_every_pair", "two_pairs", "input specs name the state dict entry"),
     ("11_export_conv_bn", "folds_only_the_first_pair", "two_pairs", "look for pairs in the whole graph"),
+    ("11_export_conv_bn", "requires_a_conv_bias", "dynamic_batch", "a convolution without bias (args[2] is None)"),
     # Kata 12: an input the program never writes, written in place, fails every case with an input read later.
     ("12_reinplace", "writes_inputs_without_epilogue", "dtype_change", "Hint: the program never writes input 0"),
     ("12_reinplace", "ignores_shape", "symbolic_batch", "Hint: self must have the result's shape"),

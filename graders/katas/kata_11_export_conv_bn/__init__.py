@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+import torch.fx as fx
 from torch.utils._pytree import tree_leaves
 
 from graders.run import CheckFailed, ExportedProgram, Kata, Pass, Run, assert_same_outputs, exported
@@ -36,6 +37,13 @@ LAYOUT_HINT = ("keep the folded weight in the layout of the weight it replaces (
 
 def _nodes(program: ExportedProgram, targets) -> list[str]:
     return [n.name for n in program.graph.nodes if n.op == "call_function" and str(n.target) in targets]
+
+
+def _after_a_biasless_conv(program: ExportedProgram, bns: list[str]) -> list[tuple[str, str]]:
+    """(BatchNorm, convolution) for each of the BatchNorm nodes named `bns` whose input is a convolution without
+    bias (its args[2] None)."""
+    return [(n.name, n.args[0].name) for n in program.graph.nodes if n.name in bns and n.args
+            and isinstance(n.args[0], fx.Node) and str(n.args[0].target) == CONVOLUTION and n.args[0].args[2] is None]
 
 
 def _state_placeholders(program: ExportedProgram) -> dict[str, tuple]:
@@ -140,8 +148,11 @@ def folded(run: Run) -> dict:
                  "a fold changes no input's shape: pass the given program's range_constraints on.")
     bns, convs = _nodes(program, BATCH_NORMS), _nodes(program, {CONVOLUTION})
     if run.case.expect is not None and len(bns) not in run.case.expect:
+        biasless = _after_a_biasless_conv(program, bns) if run.case.expect == (0,) else []
         run.fail(f"after {FUNCTION}, the program holds {len(bns)} BatchNorm node(s) ({', '.join(bns) or 'none'}); "
-                 f"expected {' or '.join(map(str, run.case.expect))}.")
+                 f"expected {' or '.join(map(str, run.case.expect))}.",
+                 f"{biasless[0][0]} follows {biasless[0][1]}, a convolution without bias (args[2] is None): it folds "
+                 "all the same, into a new bias b' = (0 - mean) * scale + beta." if biasless else None)
     if len(convs) != len(_nodes(before, {CONVOLUTION})):
         run.fail(f"after {FUNCTION}, the program holds {len(convs)} convolution node(s); the program it was given held "
                  f"{len(_nodes(before, {CONVOLUTION}))}.", "folding keeps every convolution; it only removes BatchNorms.")
