@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -261,6 +261,20 @@ def compare(run: Run) -> None:
         # The rewritten module crashed: say so with the case's hint and the graphs, like any other verdict.
         raise CheckFailed(str(failure) + (f" Hint: {case.hint}" if case.hint else "") + run.graphs(),
                           failure.figures) from None
+
+
+def explained(explain: Callable[[Run], None]) -> Callable[[Run], None]:
+    """A `Case.compare`: the outputs compared as every kata compares them ("allclose", the case's tolerance); where
+    they differ, `explain(run)` first, which fails the check naming a cause it can see (`Run.fail`) or returns, and
+    the comparison's own failure stands (the case's hint is about the trap the case was built for)."""
+    def compare_explained(run: Run) -> None:
+        try:
+            compare(replace(run, case=replace(run.case, compare="allclose")))
+        except CheckFailed:
+            explain(run)
+            raise
+
+    return compare_explained
 
 
 def check(ctx: Context, case: Case, via: Pass) -> dict:
