@@ -38,7 +38,8 @@ def build_pass() -> PatternMatcherPass:
     # TODO(human): register each pattern with register_replacement(search, replacement, example_inputs,
     #   fwd_only, patterns, extra_check=attention_extra_check). Example inputs only need the right rank,
     #   dtype and layout: (2, 4, 8, 16) tensors for query, key and value, a 0-d tensor for the scale, a
-    #   (2, 1, 8, 8) mask.
+    #   (2, 1, 8, 8) mask; and for models that permute query, key and value from (batch, seq, heads, dim),
+    #   examples permuted the same way (README.md, "Layout shows").
     raise NotImplementedError("TODO(human): build_pass")
 
 

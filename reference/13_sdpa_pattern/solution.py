@@ -59,22 +59,28 @@ def attention_extra_check(match: Match) -> bool:
     return len(dtypes) == 1
 
 
-def _examples(with_mask: bool) -> list:
-    """Example inputs the patterns are traced on: their values never matter, only their shapes and layout."""
-    q, k, v = (torch.empty(2, 4, 8, 16) for _ in range(3))
+def _examples(with_mask: bool, heads_last: bool) -> list:
+    """Example inputs the patterns are traced on: their values never matter, only their shapes and layout. Heads
+    last: query, key and value as a model that holds them as (batch, seq, heads, dim) permutes them to (batch, heads,
+    seq, dim). Such a tensor cannot be viewed as (batch * heads, seq, dim), so each matmul's reshape copies it first
+    (aten.clone before the view), in the graph and so in the pattern traced on these examples."""
+    q, k, v = (torch.empty(2, 8, 4, 16).permute(0, 2, 1, 3) if heads_last else torch.empty(2, 4, 8, 16)
+               for _ in range(3))
     return [q, k, v, torch.tensor(0.5), *([torch.empty(2, 1, 8, 8)] if with_mask else [])]
 
 
 @functools.cache
 def build_pass() -> PatternMatcherPass:
-    """A PatternMatcherPass holding the four search patterns and their replacements: traced once, as Inductor
-    registers its own patterns once (fuse_attention.py, _sfdp_init), then applied to every graph."""
+    """A PatternMatcherPass holding the four search patterns and their replacements, each traced in both layouts:
+    traced once, as Inductor registers its own patterns once (fuse_attention.py, _sfdp_init), then applied to every
+    graph."""
     patterns = PatternMatcherPass()
     for search, replace, with_mask in [(attention_div, sdpa_div, False), (attention_mul, sdpa_mul, False),
                                        (attention_div_mask, sdpa_div_mask, True),
                                        (attention_mul_mask, sdpa_mul_mask, True)]:
-        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,
-                             extra_check=attention_extra_check)
+        for heads_last in (False, True):
+            register_replacement(search, replace, _examples(with_mask, heads_last), fwd_only, patterns,
+                                 extra_check=attention_extra_check)
     return patterns
 
 

@@ -32,9 +32,13 @@ class Spelling:
 
 
 class Attention(nn.Module):
-    def __init__(self, spelling: Spelling = Spelling()):
+    """One block. Heads last: q, k, v and the output are (batch, seq, heads, dim), as in BERT and Hugging Face's ports,
+    which permute them to (batch, heads, seq, dim) for the matmuls and the output back."""
+
+    def __init__(self, spelling: Spelling = Spelling(), heads_last: bool = False):
         super().__init__()
         self.spelling = spelling
+        self.heads_last = heads_last
         if spelling.scale_param:
             self.scale = nn.Parameter(torch.tensor(0.3))
         if spelling.softmax == "module":
@@ -46,6 +50,8 @@ class Attention(nn.Module):
 
     def forward(self, q, k, v, mask=None):
         s = self.spelling
+        if self.heads_last:
+            q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
         kt = {"negative": lambda: k.transpose(-2, -1), "positive": lambda: k.transpose(2, 3),
               "mT": lambda: k.mT}[s.transpose]()
         scores = self._matmul(q, kt)
@@ -64,6 +70,8 @@ class Attention(nn.Module):
                    "method": lambda: scores.softmax(s.softmax_dim),
                    "module": lambda: self.softmax(scores)}[s.softmax]()
         out = self._matmul(weights, v)
+        if self.heads_last:
+            out = out.permute(0, 2, 1, 3).contiguous()  # BERT's context layer, before its heads are merged
         return (out, weights) if s.returns_weights else out
 
 
@@ -71,9 +79,9 @@ class AttentionStack(nn.Module):
     """Blocks one after another: each block's output is the next block's query; weights a block returns are
     outputs of the stack."""
 
-    def __init__(self, spellings: list[Spelling]):
+    def __init__(self, spellings: list[Spelling], heads_last: bool = False):
         super().__init__()
-        self.blocks = nn.ModuleList(Attention(s) for s in spellings)
+        self.blocks = nn.ModuleList(Attention(s, heads_last) for s in spellings)
 
     def forward(self, q, k, v, mask=None):
         kept = []
@@ -91,8 +99,9 @@ def is_genuine(s: Spelling) -> bool:
 
 def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, dim: int = 16,
          dynamic_seq: bool = False, batch: int | None = None, dtype=torch.float32, value_dtype=None,
-         expect: int | None = None) -> Case:
-    """Inputs q, k, v of shape (batch, heads, seq, dim) and, where a block masks, a mask (batch, 1, seq, seq).
+         expect: int | None = None, heads_last: bool = False) -> Case:
+    """Inputs q, k, v of shape (batch, heads, seq, dim), or (batch, seq, heads, dim) `heads_last`, and, where a block
+    masks, a mask (batch, 1, seq, seq).
     The batch is symbolic (or static `batch`), the sequence length symbolic with `dynamic_seq`; the graded
     graph is traced once on fakes, then run at batch sizes 1 and 3 (and, with `dynamic_seq`, other lengths),
     or, static, at its own batch. A symbolic trace costs about five times a static one (sympy reasons about
@@ -103,16 +112,17 @@ def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, 
 
     def inputs(b: int) -> tuple:
         length = seq + 2 * (b - 2) if dynamic_seq else seq
-        q, k = (torch.randn(b, heads, length, dim, dtype=dtype) for _ in range(2))
-        v = torch.randn(b, heads, length, dim, dtype=value_dtype)
+        shape = (b, length, heads, dim) if heads_last else (b, heads, length, dim)
+        q, k = (torch.randn(*shape, dtype=dtype) for _ in range(2))
+        v = torch.randn(*shape, dtype=value_dtype)
         mask = (torch.randn(b, 1, length, length, dtype=value_dtype),) if masked else ()
         return (q, k, v, *mask)
 
     sym = (0,) if batch is None else ()
-    sym_seq = sym + ((2,) if dynamic_seq else ())
+    sym_seq = sym + (((1,) if heads_last else (2,)) if dynamic_seq else ())
     dynamic = (sym_seq, sym_seq, sym_seq) + ((sym + ((2, 3) if dynamic_seq else ()),) if masked else ())
     expected = sum(map(is_genuine, spellings)) if expect is None else expect
-    return Case(lambda: AttentionStack(spellings), inputs, expected, hint, trace=aten_tracer(lambda: inputs(batch or 2), dynamic),
+    return Case(lambda: AttentionStack(spellings, heads_last), inputs, expected, hint, trace=aten_tracer(lambda: inputs(batch or 2), dynamic),
                 batch_sizes=(batch,) if batch else (1, 3), cpu_only=CPU_ONLY, extra={"dynamic": dynamic})
 
 
@@ -142,7 +152,12 @@ EXACT_CASES: dict[str, Case] = {
     "two_blocks": case([Spelling(), Spelling(scale_op="mul")], "the first block divides, the second multiplies: "
                        "one pattern each, and each block is one match: apply the pass once, it finds them all.",
                        batch=STATIC),
-    "batch_of_one": case([Spelling()], "with a static batch of 1 the graph has no symbolic batch.", batch=1),
+    "heads_last_layout": case([Spelling(mask=True), Spelling(scale_op="mul")], "q, k and v come as (batch, seq, "
+                              "heads, dim), as in BERT, and each block (the first masks and divides, the second "
+                              "multiplies) permutes them: a permuted tensor cannot be viewed as (batch * heads, seq, dim), so "
+                              "each matmul's reshape copies it first (aten.clone before the view), and a pattern traced "
+                              "on contiguous examples does not match. Trace the patterns on examples permuted the same "
+                              "way too.", heads_last=True, batch=STATIC),
     "every_spelling": case([Spelling(matmul="torch", transpose="mT", softmax="module"),
                             Spelling(matmul="method", transpose="positive", softmax="functional", scale_op="mul"),
                             Spelling(softmax="method", mask=True)],
@@ -189,7 +204,8 @@ def hidden_case(rng: random.Random) -> Case:
     size static. Every model holds a masked block that divides and a masked one that multiplies (in a random order):
     masked attention in both ATen forms, so a pass missing one form fails every hidden model (the visible models
     mask only the dividing form). A third block, in one model of two, is a random spelling, masked or not, or more
-    often a look-alike of one. At least two heads: with one static head make_fx reads a size of an intermediate
+    often a look-alike of one. In one model of two q, k and v come heads last, permuted in every block, masked or not,
+    dividing or multiplying (the visible heads-last model masks only its dividing block). At least two heads: with one static head make_fx reads a size of an intermediate
     score tensor (aten.sym_size of it), a use outside the pattern that no matcher may erase."""
     def spelling(op: str, masked: bool) -> Spelling:
         return Spelling(scale_op=op, scale=rng.choice([None, None, 0.125, 0.3]), mask=masked,
@@ -205,6 +221,7 @@ def hidden_case(rng: random.Random) -> Case:
         spellings.insert(rng.randrange(3), third)
     heads, seq, dim = rng.choice([3, 4]), rng.choice([5, 6, 7, 9]), rng.choice([8, 16, 24, 32])
     symbolic = rng.random() < 0.5  # the batch and the sequence length size symbols; otherwise every size static
-    return case(spellings, "the pass must find every attention whatever its spelling, sizes and scale, and leave "
-                "look-alikes alone.", heads=heads, seq=seq, dim=dim, dynamic_seq=symbolic,
-                batch=None if symbolic else STATIC)
+    heads_last = rng.random() < 0.5  # q, k, v (batch, seq, heads, dim), permuted in each block
+    return case(spellings, "the pass must find every attention whatever its spelling, sizes, scale and layout, and "
+                "leave look-alikes alone.", heads=heads, seq=seq, dim=dim, dynamic_seq=symbolic,
+                batch=None if symbolic else STATIC, heads_last=heads_last)

@@ -7,8 +7,10 @@ DIV_PATTERNS = ("    for search, replace, with_mask in [(attention_div, sdpa_div
                 "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n")
 
 # The reference's registration of its four patterns, which the hand-written patterns below replace.
-REGISTERED = (DIV_PATTERNS + "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
-                             "                             extra_check=attention_extra_check)\n")
+LAYOUTS = "        for heads_last in (False, True):\n"
+REGISTERED = (DIV_PATTERNS + LAYOUTS + "            register_replacement(search, replace, _examples(with_mask, heads_last), fwd_only, "
+                                       "patterns,\n"
+                                       "                                 extra_check=attention_extra_check)\n")
 
 MUTANTS = [
     NO_OP,
@@ -26,7 +28,7 @@ MUTANTS = [
            "    return aten.scaled_dot_product_attention(query, key, value, scale=1.0 / inv_scale)\n",
            "    return aten.scaled_dot_product_attention(query, key, value)\n",
            caught_at=2, caught_by="non_default_scale_div"),
-    Mutant("no_extra_check", "                             extra_check=attention_extra_check)\n", "                             )\n",
+    Mutant("no_extra_check", "                                 extra_check=attention_extra_check)\n", "                                 )\n",
            caught_at=2, caught_by="scale_in_a_tensor_parameter"),
     Mutant("dtypes_not_checked", "    return len(dtypes) == 1\n", "    return True\n",
            caught_at=2, caught_by="query_and_value_dtypes_differ"),
@@ -54,19 +56,25 @@ MUTANTS = [
     # The visible models mask only scores divided by sqrt(d); hidden ones also mask scores multiplied by a scale.
     Mutant("mask_pattern_for_division_only", "                                       (attention_mul_mask, sdpa_mul_mask, True)]:\n",
            "                                       ]:\n", caught_at=4),
+    # Patterns traced on contiguous examples only: in a model that permutes q, k and v (BERT's layout) each matmul's
+    # reshape copies (aten.clone before the view), a graph no such pattern matches.
+    Mutant("contiguous_examples_only", LAYOUTS, "        for heads_last in (False,):\n",
+           caught_at=2, caught_by="heads_last_layout"),
+    # Permuted examples only for BERT's form, scores divided (and masked): a block that multiplies them is left.
+    Mutant("permuted_examples_for_division_only", LAYOUTS,
+           "        for heads_last in ((False, True) if search in (attention_div, attention_div_mask) else (False,)):\n",
+           caught_at=2, caught_by="heads_last_layout"),
     # The lower-level API: the search pattern (gen_pattern) registered with a handler that replaces by example.
     # register_replacement matches that coarse pattern too, its integers (dims, sizes) wildcards, then re-traces the
     # search function on the match's own inputs and compares; this handler never does, so a softmax over another
     # dim matches as well.
-    Mutant("coarse_pattern_without_the_recheck",
-           "        register_replacement(search, replace, _examples(with_mask), fwd_only, patterns,\n"
-           "                             extra_check=attention_extra_check)\n",
-           "        import inspect\n        from torch._inductor.pattern_matcher import gen_pattern, register_graph_pattern\n"
+    Mutant("coarse_pattern_without_the_recheck", REGISTERED,
+           DIV_PATTERNS + "        import inspect\n        from torch._inductor.pattern_matcher import gen_pattern, register_graph_pattern\n"
            "        names = list(inspect.signature(search).parameters)\n\n"
            "        def handler(match, *args, replace=replace, names=names, **kwargs):\n"
            "            match.replace_by_example(replace, [kwargs[name] for name in names])\n\n"
-           "        register_graph_pattern(gen_pattern(search, _examples(with_mask), fwd_only), pass_dict=patterns,\n"
-           "                               extra_check=attention_extra_check)(handler)\n",
+           + LAYOUTS + "            register_graph_pattern(gen_pattern(search, _examples(with_mask, heads_last), fwd_only),\n"
+           "                                   pass_dict=patterns, extra_check=attention_extra_check)(handler)\n",
            caught_at=2, caught_by="softmax_over_queries"),
     Mutant("mul_replacement_inverts_scale",
            "    return aten.scaled_dot_product_attention(query, key, value, scale=scale)\n",
@@ -80,28 +88,34 @@ MUTANTS = [
 # expands Ignored(), and each node's user count is stated (_users=2 where amax and sub, or div and sum, both read it),
 # so a softmax over dim -2 or a softmax whose weights are also an output matches nothing.
 DSL_PATTERNS = (
+    "    import itertools\n"
     "    from torch._inductor.pattern_matcher import CallFunction, Ignored, KeywordArg, register_graph_pattern\n\n"
-    "    def matmul(a, b):  # a @ b of 4-d tensors as decomposed: expand, view to 3-d, bmm, view back\n"
-    "        a, b = (CallFunction(aten.view.default, CallFunction(aten.expand.default, x, Ignored()), Ignored())\n"
-    "                for x in (a, b))\n"
-    "        return CallFunction(aten.view.default, CallFunction(aten.bmm.default, a, b), Ignored())\n\n"
+    "    def operand(x, permuted):  # expanded, viewed as 3-d; a permuted tensor is copied first (clone) to be viewed\n"
+    "        x = CallFunction(aten.expand.default, x, Ignored())\n"
+    "        if permuted:\n"
+    "            x = CallFunction(aten.clone.default, x, memory_format=torch.contiguous_format)\n"
+    "        return CallFunction(aten.view.default, x, Ignored())\n\n"
+    "    def matmul(a, b, permuted_a, permuted_b):  # a @ b of 4-d tensors as decomposed: expand, view, bmm, view back\n"
+    "        bmm = CallFunction(aten.bmm.default, operand(a, permuted_a), operand(b, permuted_b))\n"
+    "        return CallFunction(aten.view.default, bmm, Ignored())\n\n"
     "    def softmax(x):  # softmax(x, dim=-1) as decomposed: exp(x - amax(x)) / sum(exp(x - amax(x)))\n"
     "        exp = CallFunction(aten.exp.default,\n"
     "                           CallFunction(aten.sub.Tensor, x, CallFunction(aten.amax.default, x, [-1], True)), _users=2)\n"
     "        return CallFunction(aten.div.Tensor, exp, CallFunction(aten.sum.dim_IntList, exp, [-1], True))\n\n"
-    "    scores = matmul(KeywordArg(\"query\"), CallFunction(aten.permute.default, KeywordArg(\"key\"), [0, 1, 3, 2]))\n"
-    "    for op, scale, replace, with_mask in [(aten.div.Tensor, \"inv_scale\", sdpa_div, False),\n"
-    "                                          (aten.mul.Tensor, \"scale\", sdpa_mul, False),\n"
-    "                                          (aten.div.Tensor, \"inv_scale\", sdpa_div_mask, True),\n"
-    "                                          (aten.mul.Tensor, \"scale\", sdpa_mul_mask, True)]:\n"
+    "    key_t = CallFunction(aten.permute.default, KeywordArg(\"key\"), [0, 1, 3, 2])\n"
+    "    for (op, scale, replace, with_mask), heads_last in itertools.product(\n"
+    "            [(aten.div.Tensor, \"inv_scale\", sdpa_div, False), (aten.mul.Tensor, \"scale\", sdpa_mul, False),\n"
+    "             (aten.div.Tensor, \"inv_scale\", sdpa_div_mask, True), (aten.mul.Tensor, \"scale\", sdpa_mul_mask, True)],\n"
+    "            (False, True)):  # heads last: query, key and value permuted, copied before each view\n"
+    "        scores = matmul(KeywordArg(\"query\"), key_t, heads_last, heads_last)\n"
     "        scaled = CallFunction(op, scores, KeywordArg(scale), _users=1 if with_mask else 2)\n"
     "        if with_mask:\n"
     "            scaled = CallFunction(aten.add.Tensor, scaled, KeywordArg(\"mask\"), _users=2)\n"
     "        names = [\"query\", \"key\", \"value\", scale, *([\"mask\"] if with_mask else [])]\n\n"
     "        def handler(match, replace=replace, names=names, **kwargs):\n"
     "            match.replace_by_example(replace, [kwargs[name] for name in names])\n\n"
-    "        register_graph_pattern(matmul(softmax(scaled), KeywordArg(\"value\")), attention_extra_check,\n"
-    "                               pass_dict=patterns)(handler)\n")
+    "        register_graph_pattern(matmul(softmax(scaled), KeywordArg(\"value\"), False, heads_last),\n"
+    "                               attention_extra_check, pass_dict=patterns)(handler)\n")
 
 # The same patterns with no user counted: told "multiple_users" where a node feeds two (the scaled scores: amax and
 # sub; exp: sum and div), the pass gives every node _users=MULTIPLE ("any number"). The softmax's output then matches
