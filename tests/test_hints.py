@@ -78,11 +78,15 @@ ROWS = [
     # Kata 12: an input the program never writes, written in place, fails every case with an input read later.
     ("12_reinplace", "writes_inputs_without_epilogue", "dtype_change", "Hint: the program never writes input 0"),
     ("12_reinplace", "ignores_shape", "symbolic_batch", "Hint: self must have the result's shape"),
-    # Kata 13: the right number of blocks fused, into a wrong replacement; a pattern missing for the second block.
+    # Kata 13: the right number of blocks fused, into a wrong replacement; a pattern missing for the second block, in
+    # a case built for another trap (the layout): the message names each softmax left and its block's form.
     ("13_sdpa_pattern", "mul_replacement_inverts_scale", "two_blocks",
      "a replacement must compute what its pattern does"),
     ("13_sdpa_pattern", "mask_dropped_in_replacement", "additive_mask", "attn_mask=mask where it adds a mask"),
     ("13_sdpa_pattern", "division_pattern_only", "two_blocks", "Hint: the first block divides, the second multiplies"),
+    ("13_sdpa_pattern", "division_pattern_only", "heads_last_layout",
+     ("Softmaxes left: amax (a softmax over dim -1), scores divided by 4.0, a mask added, query and key copied",
+      "amax_1 (a softmax over dim -1), scores multiplied by 0.25")),
 ]
 
 

@@ -16,14 +16,56 @@ def sdpa_nodes(gm: fx.GraphModule) -> list[str]:
     return [n.name for n in gm.graph.nodes if n.op == "call_function" and "scaled_dot_product" in str(n.target)]
 
 
+def _op(node) -> str:
+    return str(node.target) if isinstance(node, fx.Node) and node.op == "call_function" else ""
+
+
+def _copied(operand) -> bool:
+    """Whether a bmm operand was copied before its view: view(clone(expand(x))), a permuted x that cannot be viewed."""
+    return _op(operand) == "aten.view.default" and _op(operand.args[0]) == "aten.clone.default"
+
+
+def softmaxes_left(gm: fx.GraphModule) -> list[str]:
+    """Each softmax still in the graph (its aten.amax) and the form of its block, as a search pattern must be to match
+    it: the scores divided or multiplied, a mask added or not, query and key copied before their views or not."""
+    left = []
+    for amax in (n for n in gm.graph.nodes if _op(n) == "aten.amax.default"):
+        try:
+            left.append(_block_form(amax))
+        except (IndexError, AttributeError, TypeError):  # a graph a pass left in another shape: its name alone
+            left.append(amax.name)
+    return left
+
+
+def _block_form(amax: fx.Node) -> str:
+    """One softmax's block, in words (softmaxes_left)."""
+    dims = amax.args[1] if isinstance(amax.args[1], (list, tuple)) else [amax.args[1]]
+    scores, words = amax.args[0], [f"{amax.name} (a softmax over dim {', '.join(map(str, dims))})"]
+    if _op(scores) == "aten.add.Tensor":
+        added = scores.args[1]
+        words.append("a mask added" if isinstance(added, fx.Node) else f"the number {added!r} added")
+        scores = scores.args[0]
+    scaled = {"aten.div.Tensor": "divided", "aten.mul.Tensor": "multiplied"}.get(_op(scores))
+    if scaled:
+        by = scores.args[1]
+        words.insert(1, f"scores {scaled} by {'the tensor ' + by.name if isinstance(by, fx.Node) else repr(by)}")
+        bmm = scores.args[0].args[0] if _op(scores.args[0]) == "aten.view.default" else None
+        if _op(bmm) == "aten.bmm.default":
+            words.append("query and key copied before their views (aten.clone: permuted inputs)"
+                         if _copied(bmm.args[0]) or _copied(bmm.args[1]) else "query and key viewed as they are")
+    return ", ".join(words)
+
+
 def fused(run: Run) -> dict:
     """In order: as many new fused attention ops as the model has attention blocks that may be fused, the count
     returned, meta['val'] on every node, the size symbols neither specialised nor constrained (no new guard)."""
     expected = run.case.expect
     new = [name for name in sdpa_nodes(run.gm) if name not in set(sdpa_nodes(run.before))]
     if len(new) != expected:
+        left = softmaxes_left(run.gm) if len(new) < expected else []
         run.fail(f"after fuse_attention the graph holds {len(new)} new scaled_dot_product_attention op(s); this model "
-                 f"has {expected} attention block(s) that may be fused.")
+                 f"has {expected} attention block(s) that may be fused."
+                 + (f" Softmaxes left: {'; '.join(left)}." if left else ""))
     if run.result != expected:
         run.fail(f"fuse_attention fused {expected} attention block(s) but returned {run.result}.",
                  "return the number of matches replaced: PatternMatcherPass.apply returns it.", graphs=False)
