@@ -336,7 +336,11 @@ class HiddenBuilder:
         return x
 
     def permute_pair(self, x, cancelling: bool):
-        """Two permutes that cancel (some dims negative), or a 3-cycle twice: the other 3-cycle, not the identity."""
+        """Two permutes that cancel (some dims negative), or a 3-cycle twice: the other 3-cycle, not the identity. One
+        pair in three is two transposes: of the same two dims (cancelling), or of two pairs that share a dim (a
+        3-cycle: transpose(0, 1) then transpose(1, 2) is permute(1, 2, 0))."""
+        if self.rng.random() < 1 / 3:
+            return self.transpose_pair(x, cancelling)
         if cancelling:
             p = self.rng.choice([[0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]])  # any but the identity
             q = [p.index(i) - 3 if self.rng.random() < 0.3 else p.index(i) for i in range(3)]
@@ -350,6 +354,24 @@ class HiddenBuilder:
             if dims is p and cancelling and self.rng.random() < 0.3:  # the inner permute is read elsewhere too
                 self.side_outputs.append(x)
                 self.kept["permute"] += 1
+                self.inner_permute_returned = True
+        return x
+
+    def transpose_pair(self, x, cancelling: bool):
+        a, b, c = self.rng.sample(range(3), 3)
+        pairs = [(a, b), (b, a) if self.rng.random() < 0.5 else (a, b)] if cancelling else [(a, b), (b, c)]
+        if not cancelling:  # booked as permutes (STEPS): two transposes are left instead
+            self.kept["permute"] -= 2
+            self.kept["transpose"] += 2
+        self.inner_permute_returned = False
+        for i, dims in enumerate(pairs):
+            dims = tuple(d - 3 if self.rng.random() < 0.3 else d for d in dims)
+            as_method = self.rng.random() < 0.5
+            x = self.graph.call_method("transpose", (x, *dims)) if as_method else self.call(torch.transpose, x, *dims)
+            self.shape[dims[0]], self.shape[dims[1]] = self.shape[dims[1]], self.shape[dims[0]]
+            if i == 0 and cancelling and self.rng.random() < 0.3:  # the inner transpose is read elsewhere too
+                self.side_outputs.append(x)
+                self.kept["transpose"] += 1
                 self.inner_permute_returned = True
         return x
 
