@@ -102,6 +102,19 @@ def _timing(item) -> bool:
     return item.get_closest_marker("timing") is not None
 
 
+# The system tests: they start a Dask fleet, a live arena server, a browser, or the zygote and nursery machinery,
+# and take about 40% of the suite's time (docs/contributors.md, pair 28). Marked `system`, so that
+# `uv run pytest -m "not system"` is a quicker loop while working on graders; `uv run pytest` (and CI) runs them all.
+SYSTEM_MODULES = {"test_fleet.py", "test_arena.py", "test_arena_servers.py", "test_arena_controls.py",
+                  "test_arena_browser.py", "test_arena_load.py", "test_machine.py"}
+assert all((Path(__file__).parent / name).is_file() for name in SYSTEM_MODULES), "SYSTEM_MODULES names a missing file"
+
+
+def pytest_itemcollected(item):
+    if item.path.name in SYSTEM_MODULES:
+        item.add_marker("system")
+
+
 def pytest_collection_modifyitems(config, items):
     """Under xdist: plain tests first (the long ones run a subprocess and hold the lock throughout), then
     tests that lock per check, then tests that time."""
