@@ -70,6 +70,26 @@ def test_exports_materialize_the_core_table_at_most_once_while_no_operator_is_re
     assert len(program.graph.nodes) > 10 and len(made) <= 1, len(made)
 
 
+def test_a_load_evaluates_each_schema_class_s_type_hints_once():
+    """torch.export's deserializer evaluated the type hints of a schema class for every object it read, a third of a
+    load (torch_private._hints_kept): they are kept per class. A second load of a program asks for no new class's
+    hints, and both loads give the same program, which computes what the model does. If torch stops calling typing.get_type_hints through its
+    module, nothing is kept and this fails: the loads are then as slow as before, not wrong."""
+    from torch._export.serde import serialize
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    program = torch_private.export(model, (x,))
+    first = torch_private.load_program(torch_private.save_program(program))
+    kept = serialize.typing.hints
+    assert isinstance(serialize.typing, torch_private._TypingWithHintsKept) and kept
+    classes = len(kept)
+    second = torch_private.load_program(torch_private.save_program(program))
+    assert len(kept) == classes
+    assert str(first.graph) == str(second.graph)
+    torch.testing.assert_close(second.module()(x), model(x))
+
+
 def test_the_block_timer_times_one_block_of_the_calls_it_chose():
     """What the speed level relies on in torch.utils.benchmark (graders/run/timing.py): blocked_autorange with no
     minimum time runs exactly one block, of the size the private _estimate_block_size gives."""
