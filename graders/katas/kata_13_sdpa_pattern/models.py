@@ -122,8 +122,9 @@ def case(spellings: list[Spelling], hint: str, *, heads: int = 4, seq: int = 8, 
     sym_seq = sym + (((1,) if heads_last else (2,)) if dynamic_seq else ())
     dynamic = (sym_seq, sym_seq, sym_seq) + ((sym + ((2, 3) if dynamic_seq else ()),) if masked else ())
     expected = sum(map(is_genuine, spellings)) if expect is None else expect
-    return Case(lambda: AttentionStack(spellings, heads_last), inputs, expected, hint, trace=aten_tracer(lambda: inputs(batch or 2), dynamic),
-                batch_sizes=(batch,) if batch else (1, 3), cpu_only=CPU_ONLY, extra={"dynamic": dynamic})
+    return Case(lambda: AttentionStack(spellings, heads_last), inputs, expected, hint,
+                trace=aten_tracer(lambda: inputs(batch or 2), dynamic), batch_sizes=(batch,) if batch else (1, 3),
+                cpu_only=CPU_ONLY, extra={"dynamic": dynamic})
 
 
 # Static (every size a number) where a case's point is a spelling, a scale or a refusal; symbolic where it is the
@@ -154,10 +155,10 @@ EXACT_CASES: dict[str, Case] = {
                        batch=STATIC),
     "heads_last_layout": case([Spelling(mask=True), Spelling(scale_op="mul")], "q, k and v come as (batch, seq, "
                               "heads, dim), as in BERT, and each block (the first masks and divides, the second "
-                              "multiplies) permutes them: a permuted tensor cannot be viewed as (batch * heads, seq, dim), so "
-                              "each matmul's reshape copies it first (aten.clone before the view), and a pattern traced "
-                              "on contiguous examples does not match. Trace the patterns on examples permuted the same "
-                              "way too.", heads_last=True, batch=STATIC),
+                              "multiplies) permutes them: a permuted tensor cannot be viewed as (batch * heads, seq, "
+                              "dim), so each matmul's reshape copies it first (aten.clone before the view), and a "
+                              "pattern traced on contiguous examples does not match. Trace the patterns on examples "
+                              "permuted the same way too.", heads_last=True, batch=STATIC),
     "every_spelling": case([Spelling(matmul="torch", transpose="mT", softmax="module"),
                             Spelling(matmul="method", transpose="positive", softmax="functional", scale_op="mul"),
                             Spelling(softmax="method", mask=True)],
@@ -205,8 +206,9 @@ def hidden_case(rng: random.Random) -> Case:
     masked attention in both ATen forms, so a pass missing one form fails every hidden model (the visible models
     mask only the dividing form). A third block, in one model of two, is a random spelling, masked or not, or more
     often a look-alike of one. In one model of two q, k and v come heads last, permuted in every block, masked or not,
-    dividing or multiplying (the visible heads-last model masks only its dividing block). At least two heads: with one static head make_fx reads a size of an intermediate
-    score tensor (aten.sym_size of it), a use outside the pattern that no matcher may erase."""
+    dividing or multiplying (the visible heads-last model masks only its dividing block). At least two heads: with
+    one static head make_fx reads a size of an intermediate score tensor (aten.sym_size of it), a use outside the
+    pattern that no matcher may erase."""
     def spelling(op: str, masked: bool) -> Spelling:
         return Spelling(scale_op=op, scale=rng.choice([None, None, 0.125, 0.3]), mask=masked,
                         matmul=rng.choice(["operator", "torch", "method"]),
