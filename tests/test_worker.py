@@ -3,7 +3,9 @@
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.
 """
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT, load_grader
 from graders.competition.nurseries import close_all, team_nursery
+from graders.isolation.nursery import open_nursery
 from graders.isolation.worker import Limits, Worker, WorkerFailed, sandbox_problem
 
 KATA = "03_conv_bn"
@@ -159,13 +162,27 @@ def test_the_kata_memory_cap_reaches_the_worker(tmp_path):
 # run verify_pass, whose own timing loops run in the worker: a plain test, holding the lock shared throughout, it
 # runs among the first, not last beside the timing tests, where each of its 30 checks waited for a timed stretch
 # (64 s in a full run against 11 s alone).
+@pytest.fixture(scope="module")
+def reference_nursery():
+    """A nursery over the reference tree (graders/isolation/nursery.py): the isolated reference gradings below take
+    their workers from it, forked warm, as organiser mode's fleet gives a team's, instead of each starting a
+    sandboxed Python that imports torch and chapter 2's internals (about 6 s of CPU each). A worker started alone,
+    as `--isolate` starts a learner's, grades in the tests above and in tests/test_kata_11_export_conv_bn.py and
+    tests/test_kata_13_sdpa_pattern.py."""
+    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-worker-"))  # a Unix socket's path has 107 bytes at most
+    warm = open_nursery(REPO_ROOT / "reference", sockets)
+    yield warm.socket_path
+    warm.close()
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
 @pytest.mark.parametrize("kata", [pytest.param("01_linear_relu", marks=pytest.mark.locks_per_check),
                                   pytest.param("03_conv_bn", marks=pytest.mark.locks_per_check), "10_verify_harness",
                                   pytest.param("11_export_conv_bn", marks=pytest.mark.locks_per_check),
                                   pytest.param("12_reinplace", marks=pytest.mark.locks_per_check)])
-def test_the_reference_earns_the_same_verdicts_isolated(kata):
+def test_the_reference_earns_the_same_verdicts_isolated(kata, reference_nursery):
     """In process the reference passes every check with seed 0 (tests/test_katas.py); isolated it must too."""
-    results = grade(kata, REPO_ROOT / "reference", seed=0, levels=(1, 2, 4), isolate=True)
+    results = grade(kata, REPO_ROOT / "reference", seed=0, levels=(1, 2, 4), isolate=True, nursery=reference_nursery)
     assert [r.test_id for r in results] == [c.test_id for level in (1, 2, 4) for c in load_grader(kata).checks_at(level)]
     assert all(r.passed and r.points == r.max_points for r in results), [(r.test_id, r.message) for r in results if not r.passed]
 
