@@ -256,7 +256,7 @@ STEPS = {
     "copy_then_write": (0, ["mul", "mul", "add_"], lambda b, x: b.copy_then_write(x)),
     "relu_chain": (0, ["mul", "relu"], lambda b, x: b.relu_chain(b.scale(x))),  # books 1 or 2 rewrites itself
     "inverse_permute": (1, ["mul"], lambda b, x: b.permute_pair(b.scale(x), cancelling=True)),
-    "same_permute_twice": (0, ["mul", "permute", "permute"], lambda b, x: b.permute_pair(b.scale(x), cancelling=False)),
+    "same_permute_twice": (0, ["mul"], lambda b, x: b.permute_pair(b.scale(x), cancelling=False)),  # books its pair
     "plus_zero": (0, ["add"], lambda b, x: b.side(x, b.binary("add", x, 0.0))),
     "minus_negative_zero": (0, ["sub"], lambda b, x: b.side(x, b.binary("sub", x, -0.0))),
     "one_over_x": (0, ["div"], lambda b, x: b.side(x, b.binary("div", x, b.rng.choice([1, 1.0]), literal_first=True))),
@@ -339,6 +339,7 @@ class HiddenBuilder:
         """Two permutes that cancel (some dims negative), or a 3-cycle twice: the other 3-cycle, not the identity. One
         pair in three is two transposes: of the same two dims (cancelling), or of two pairs that share a dim (a
         3-cycle: transpose(0, 1) then transpose(1, 2) is permute(1, 2, 0))."""
+        self.inner_permute_returned = False
         if self.rng.random() < 1 / 3:
             return self.transpose_pair(x, cancelling)
         if cancelling:
@@ -347,33 +348,34 @@ class HiddenBuilder:
         else:
             p = q = self.rng.choice([[1, 2, 0], [2, 0, 1]])
             self.shape[:] = [self.shape[p[p[i]]] for i in range(3)]
-        self.inner_permute_returned = False
+            self.kept["permute"] += 2  # both stay
         for dims in (p, q):
             as_method = self.rng.random() < 0.5
             x = self.graph.call_method("permute", (x, *dims)) if as_method else self.call(torch.permute, x, tuple(dims))
-            if dims is p and cancelling and self.rng.random() < 0.3:  # the inner permute is read elsewhere too
-                self.side_outputs.append(x)
-                self.kept["permute"] += 1
-                self.inner_permute_returned = True
+            if dims is p and cancelling:
+                self.read_elsewhere(x, "permute")
         return x
 
     def transpose_pair(self, x, cancelling: bool):
         a, b, c = self.rng.sample(range(3), 3)
         pairs = [(a, b), (b, a) if self.rng.random() < 0.5 else (a, b)] if cancelling else [(a, b), (b, c)]
-        if not cancelling:  # booked as permutes (STEPS): two transposes are left instead
-            self.kept["permute"] -= 2
-            self.kept["transpose"] += 2
-        self.inner_permute_returned = False
+        if not cancelling:
+            self.kept["transpose"] += 2  # both stay
         for i, dims in enumerate(pairs):
             dims = tuple(d - 3 if self.rng.random() < 0.3 else d for d in dims)
             as_method = self.rng.random() < 0.5
             x = self.graph.call_method("transpose", (x, *dims)) if as_method else self.call(torch.transpose, x, *dims)
             self.shape[dims[0]], self.shape[dims[1]] = self.shape[dims[1]], self.shape[dims[0]]
-            if i == 0 and cancelling and self.rng.random() < 0.3:  # the inner transpose is read elsewhere too
-                self.side_outputs.append(x)
-                self.kept["transpose"] += 1
-                self.inner_permute_returned = True
+            if i == 0 and cancelling:
+                self.read_elsewhere(x, "transpose")
         return x
+
+    def read_elsewhere(self, x, op: str) -> None:
+        """The inner `op` of a cancelling pair, now and then an output too: it stays for that reader."""
+        if self.rng.random() < 0.3:
+            self.side_outputs.append(x)
+            self.kept[op] += 1
+            self.inner_permute_returned = True
 
 
 def hidden_case(rng) -> Case:
