@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +21,9 @@ from graders.batch.zygote import ForkedProcess
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT
 from graders.isolation.guard import Guard
-from graders.isolation.nursery import open_nursery
 from graders.isolation.scan import scan_source
 from graders.isolation.worker import sandbox_problem
+from nursery_support import warm_nursery
 from waiting import wait_for
 
 KATA = "03_conv_bn"
@@ -171,11 +170,8 @@ def nursery(tmp_path_factory):
     cheat's tree: every worker is forked from it warm, as organiser mode's fleet starts a team's workers,
     instead of each test starting a sandboxed Python that imports torch (3 s of CPU) of its own."""
     root = tmp_path_factory.mktemp("isolated")
-    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-cheats-"))  # a Unix socket's path has 107 bytes at most
-    warm = open_nursery(root, sockets)
-    yield root, warm.socket_path
-    warm.close()
-    shutil.rmtree(sockets, ignore_errors=True)
+    with warm_nursery(root, "fx-katas-cheats-") as socket_path:
+        yield root, socket_path
 
 
 @pytest.mark.parametrize("cheat", [

@@ -3,9 +3,7 @@
 Each failure of the worker is one sentence in the check's result, and an honest solution earns the
 same verdicts isolated as in process.
 """
-import shutil
 import socket
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,8 @@ import pytest
 from graders.run.session import grade
 from graders.frame.catalogue import REPO_ROOT, load_grader
 from graders.competition.nurseries import close_all, team_nursery
-from graders.isolation.nursery import open_nursery
 from graders.isolation.worker import Limits, Worker, WorkerFailed, sandbox_problem
+from nursery_support import warm_nursery
 
 KATA = "03_conv_bn"
 PREAMBLE = "import torch\nimport torch.fx as fx\nimport torch.nn as nn\n\n"
@@ -169,11 +167,8 @@ def reference_nursery():
     sandboxed Python that imports torch and chapter 2's internals (about 6 s of CPU each). A worker started alone,
     as `--isolate` starts a learner's, grades in the tests above and in tests/test_kata_11_export_conv_bn.py and
     tests/test_kata_13_sdpa_pattern.py."""
-    sockets = Path(tempfile.mkdtemp(prefix="fx-katas-worker-"))  # a Unix socket's path has 107 bytes at most
-    warm = open_nursery(REPO_ROOT / "reference", sockets)
-    yield warm.socket_path
-    warm.close()
-    shutil.rmtree(sockets, ignore_errors=True)
+    with warm_nursery(REPO_ROOT / "reference", "fx-katas-worker-") as socket_path:
+        yield socket_path
 
 
 @pytest.mark.parametrize("kata", [pytest.param("01_linear_relu", marks=pytest.mark.locks_per_check),
