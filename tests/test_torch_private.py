@@ -73,8 +73,9 @@ def test_exports_materialize_the_core_table_at_most_once_while_no_operator_is_re
 def test_a_load_evaluates_each_schema_class_s_type_hints_once():
     """torch.export's deserializer evaluated the type hints of a schema class for every object it read, a third of a
     load (torch_private._hints_kept): they are kept per class. A second load of a program asks for no new class's
-    hints, and both loads give the same program, which computes what the model does. If torch stops calling typing.get_type_hints through its
-    module, nothing is kept and this fails: the loads are then as slow as before, not wrong."""
+    hints, and both loads give the same program, which computes what the model does. If torch stops calling
+    typing.get_type_hints through its module, nothing is kept and this fails: the loads are then as slow as before,
+    not wrong."""
     from torch._export.serde import serialize
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()

@@ -220,8 +220,7 @@ def _hints_kept() -> None:
     11's hidden programs (0.128 s to 0.083 s a load, 2026-11-29). A class's hints never change, so the deserializer's
     module is given a `typing` that keeps them; no other module sees it."""
     serialize = importlib.import_module("torch._export.serde.serialize")
-    if not isinstance(serialize.typing, _TypingWithHintsKept):
-        serialize.typing = _TypingWithHintsKept(serialize.typing)
+    serialize.typing = _TypingWithHintsKept(serialize.typing)  # once a process (functools.cache)
 
 
 def program_parts(program: torch.export.ExportedProgram) -> dict[str, bytes]:
